@@ -1,0 +1,23 @@
+"""kvpool: the KV-cache block pool of an LLM serving engine, provably right and fast.
+
+Start with :func:`make_pool`; the behaviour every backend reproduces is specified in
+:mod:`kvpool.spec`.
+"""
+
+from kvpool.backends import BACKENDS, make_pool
+from kvpool.errors import *  # noqa: F403 - the error hierarchy is part of the public API
+from kvpool.errors import __all__ as _errors
+from kvpool.protocol import BlockPool, MetricsCollector
+from kvpool.shell import BlockRef, PoolAbstract
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKENDS",
+    "BlockPool",
+    "BlockRef",
+    "MetricsCollector",
+    "PoolAbstract",
+    "make_pool",
+    *_errors,
+]

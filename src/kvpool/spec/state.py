@@ -1,0 +1,82 @@
+"""The abstract pool state: everything a block pool observably holds, as plain values.
+
+A pool of ``num_blocks`` blocks is fully described by:
+
+* ``ref_cnt[b]`` — how many holders block ``b`` has (``0`` ⇔ free). The null block's entry is
+  always 0: its count is not maintained.
+* ``free_queue`` — the free blocks, front first. The front is the next block to be allocated
+  (and so evicted); freed uncached blocks enter at the front, freed cached blocks at the tail.
+* ``primary_key[b]`` / ``primary_tokens[b]`` — the block's one primary prefix-cache key and
+  how many prefix tokens it covers (both ``None`` when the block has no cache identity).
+* ``secondary_keys[b]`` — further keys of the block, in insertion order (no empty entries).
+* ``cache`` — the hash table: key → block ids under that key, earliest inserted first. No
+  content de-duplication: block tables are append-only, so two equal blocks coexist.
+* ``watchers`` — blocks with a pending reuse watcher, in watcher-table order.
+* ``event_count`` — how many events this pool has emitted; the next event's sequence number.
+
+The state is an immutable dataclass whose fields can be set directly, so CrossHair can build
+arbitrary states and the spec's operations can be pure functions ``state -> state``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NULL_BLOCK_ID = 0
+"""Block 0 is the null block: a placeholder for skipped positions, never handed out."""
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One pool, as a value. Two pools agree iff their states are equal."""
+
+    num_blocks: int
+    enable_caching: bool
+    hash_block_size: int
+    enable_events: bool
+    ref_cnt: tuple[int, ...]
+    free_queue: tuple[int, ...]
+    primary_key: tuple[bytes | None, ...]
+    primary_tokens: tuple[int | None, ...]
+    secondary_keys: dict[int, tuple[bytes, ...]] = field(default_factory=dict)
+    cache: dict[bytes, tuple[int, ...]] = field(default_factory=dict)
+    watchers: tuple[int, ...] = ()
+    event_count: int = 0
+
+
+def initial_state(
+    num_blocks: int,
+    *,
+    enable_caching: bool = True,
+    hash_block_size: int = 16,
+    enable_events: bool = False,
+) -> PoolState:
+    """A fresh pool: every block free in id order, the null block taken out of the queue."""
+    return PoolState(
+        num_blocks=num_blocks,
+        enable_caching=enable_caching,
+        hash_block_size=hash_block_size,
+        enable_events=enable_events,
+        ref_cnt=(0,) * num_blocks,
+        free_queue=tuple(range(1, num_blocks)),
+        primary_key=(None,) * num_blocks,
+        primary_tokens=(None,) * num_blocks,
+    )
+
+
+def keys_of_block(state: PoolState, block_id: int) -> tuple[bytes, ...]:
+    """All keys a block carries: primary first, then secondaries in insertion order."""
+    primary = state.primary_key[block_id]
+    if primary is None:
+        return ()
+    return (primary,) + state.secondary_keys.get(block_id, ())
+
+
+def is_free(state: PoolState, block_id: int) -> bool:
+    """Whether a non-null block is free (in the queue, no holder)."""
+    return state.ref_cnt[block_id] == 0
+
+
+def replace_at(values: tuple, index: int, value: object) -> tuple:
+    """``values`` with position ``index`` replaced (tuples are immutable)."""
+    return values[:index] + (value,) + values[index + 1 :]
