@@ -1,0 +1,44 @@
+"""The ``kvpool`` command line: thin subcommands over library functions.
+
+Each subcommand lives in its own module exposing ``register(subparsers)`` (adds its parser and
+sets ``func``) and a ``run(args) -> int`` exit status. Exit codes: 0 success, 1 a check found a
+problem (divergence, counterexample, failed target), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ("simulate", "check", "contracts", "bench")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvpool",
+        description="KV-cache block pool: simulate, verify and benchmark.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"kvpool.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"kvpool.cli.{name}":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
