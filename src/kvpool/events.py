@@ -95,7 +95,10 @@ def _stored(record: StoredRecord, request: Any, ctx: EventContext) -> BlockStore
     hashes = resolve_block_hashes(request.block_hashes, ctx.hash_block_size, bs)
     tokens = list(request.all_token_ids)
     parent = None if record.num_cached == 0 else ctx.external(hashes[record.num_cached - 1])
-    extra = [event_extra_keys(request, k * bs, (k + 1) * bs) for k in record.positions]
+    extra = [
+        event_extra_keys(request, k * bs, (k + 1) * bs, ctx.num_lookahead_tokens)
+        for k in record.positions
+    ]
     lookahead = None
     if ctx.num_lookahead_tokens:
         n = ctx.num_lookahead_tokens
@@ -137,7 +140,7 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
         lora_id=lora_id,
         medium=ctx.medium,
         lora_name=lora_name,
-        extra_keys=[event_extra_keys(request, end - hbs, end)],
+        extra_keys=[event_extra_keys(request, end - hbs, end, ctx.num_lookahead_tokens)],
         group_idx=record.group_id,
         session_id=getattr(request, "session_id", None),
         lookahead_token_ids=lookahead,

@@ -417,6 +417,11 @@ class PoolShell:
             return 0
         return 1.0 - (self.get_num_free_blocks() / total)
 
+    @property
+    def event_context(self) -> EventContext:
+        """The settings events are built with (medium, hbs, int hashes); see ``replay``."""
+        return self._events.ctx
+
     def take_events(self) -> list[KVCacheEvent]:
         """Hand over the pending events and start a new list (``[]`` if events are off)."""
         return self._events.take()
