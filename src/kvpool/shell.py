@@ -14,6 +14,7 @@ typed error of :mod:`kvpool.spec.preconditions`, same check order) before changi
 
 from __future__ import annotations
 
+import logging
 import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -32,8 +33,16 @@ from kvpool.events import EventContext, EventLog, KVCacheEvent
 from kvpool.spec.records import EventRecord
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
+logger = logging.getLogger("kvpool")
+
 OnReuse = Callable[[int], None]
-"""A reuse watcher: called with the block id when an unpinned block is reallocated."""
+"""A reuse watcher: called with the block id when an unpinned block is reallocated.
+
+Deviation from vLLM (documented in docs/harness.md): watchers run after the operation has
+completed, so a watcher that queries the pool sees the block already reallocated. The block's
+*memory* is still intact — nothing has written it before the caller gets the ids back — which
+is all an asynchronous reader needs to know to stop reading.
+"""
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,13 @@ def as_block_ids(blocks: Iterable[object]) -> tuple[int, ...]:
             )
         return tuple(blocks.tolist())
     return tuple(as_block_id(b) for b in blocks)
+
+
+def as_group_id(value: object) -> object:
+    """A numpy integer group id as a Python int; anything else is left for validation."""
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 def as_mask(mask: Sequence[object] | None) -> tuple[bool, ...] | None:
@@ -322,7 +338,8 @@ class PoolShell:
 
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]) -> list[int] | None:
         """One block per group id for ``block_hash`` (in the order given), or ``None``. Pure."""
-        result = self._core_get_cached_block(block_hash, tuple(kv_cache_group_ids))
+        group_ids = tuple(as_group_id(g) for g in kv_cache_group_ids)
+        result = self._core_get_cached_block(block_hash, group_ids)
         return None if result is None else [int(b) for b in result]
 
     def cache_full_blocks(
@@ -342,7 +359,7 @@ class PoolShell:
             num_cached_blocks,
             num_full_blocks,
             block_size,
-            kv_cache_group_id,
+            as_group_id(kv_cache_group_id),
             as_mask(block_mask),
         )
         self._events.record(records, request)
@@ -361,7 +378,7 @@ class PoolShell:
             request.block_hashes,
             self._local_id(block),
             num_tokens,
-            kv_cache_group_id,
+            as_group_id(kv_cache_group_id),
             block_size,
             bool(replace_existing_hashes),
         )
@@ -384,7 +401,13 @@ class PoolShell:
     def reset_prefix_cache(self) -> bool:
         """Forget the whole prefix cache if nothing but the null block is held."""
         ok, records, fired = self._core_reset_prefix_cache()
-        if ok:
+        if not ok:
+            held = self.num_gpu_blocks - self.get_num_free_blocks() - 1
+            logger.warning(
+                "Failed to reset prefix cache because some blocks (%d) are not freed yet", held
+            )
+        else:
+            logger.info("Successfully reset prefix cache")
             self._events.record(records)
             if self.metrics_collector is not None:
                 self.metrics_collector.reset()
@@ -396,7 +419,7 @@ class PoolShell:
     ) -> None:
         """One ``BlockStored`` for positions ``0…n-1`` (full reporting); no state change."""
         records = self._core_emit_cached_block_events(
-            request.block_hashes, num_cached_blocks, block_size, kv_cache_group_id
+            request.block_hashes, num_cached_blocks, block_size, as_group_id(kv_cache_group_id)
         )
         self._events.record(records, request)
 
