@@ -1,0 +1,80 @@
+"""``kvpool bench``: benchmarks of each backend against the reference, in one run.
+
+Calls :func:`kvpool.bench.run_bench` and prints its tables (or, with ``--json``, one object
+``{"<suite>": {"<backend>": {"<figure>": value}}, "ratios": {...}, "targets": [...],
+"meta": {...}}``). ``--quick`` shrinks every size so a run takes seconds (targets are then
+not evaluated). Exit status: 0 done; 1 two backends' replays disagreed, or ``--check`` and a
+measured target was missed; 2 bad usage or input (unknown backend, backend not installed,
+malformed trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, format_results, run_bench
+from kvpool.bench.runner import hashing_available
+from kvpool.errors import KvPoolError
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark backends against the reference",
+        description="Medians of --repeat runs per figure, after a warm-up reported apart, "
+        "with each backend's ratio to the reference measured in the same run.",
+    )
+    parser.add_argument("--suite", choices=(*SUITES, "all"), default="all")
+    parser.add_argument("--backends", default="fast,reference", metavar="LIST",
+                        help="comma-separated backends (fast,reference)")
+    parser.add_argument("--trace", metavar="FILE", help="JSONL trace for the trace suite")
+    parser.add_argument("--repeat", type=_positive, default=5, metavar="K",
+                        help="timed runs per figure; figures are medians (5)")
+    parser.add_argument("--seed", type=_non_negative, default=0, metavar="S",
+                        help="seed of every generated workload (0)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke tests)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if a measured target is missed")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.suite == "all":
+        suites = [s for s in SUITES if s != "hashing" or hashing_available()]
+    else:
+        suites = [args.suite]
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    config = BenchConfig(
+        backends=backends, repeat=args.repeat, quick=args.quick, trace=args.trace, seed=args.seed
+    )
+    try:
+        results = run_bench(config, suites)
+    except ReplayDivergence as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 1
+    except (KvPoolError, OSError) as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(results))
+    else:
+        print(format_results(results))
+    missed = [t for t in results["targets"] if t["met"] is False]
+    return 1 if args.check and missed else 0
