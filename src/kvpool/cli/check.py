@@ -1,0 +1,130 @@
+"""``kvpool check``: differential check of backends against the spec, N steps at a time.
+
+Calls :func:`kvpool.harness.run_check` and formats its :class:`~kvpool.harness.CheckReport`.
+A plain-text progress bar goes to stderr; the report (or ``--json``) to stdout. The seed is
+always printed, so any run can be repeated with ``--seed``.
+
+Exit status: 0 all backends agreed; 1 a divergence or invariant violation was found (the
+minimal reproduction is printed as a pytest function); 2 bad usage (unknown backend, backend
+not installed). ``--planted NAME`` (hidden) adds a deliberately broken pool, to watch the
+harness catch it; ``--list-planted`` (hidden) names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from kvpool.errors import BackendUnavailable
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="differential check of backends against the spec",
+        description="Drive several backends with the same random operations (first = oracle) "
+        "and compare results, errors, states, invariants and events after every call.",
+    )
+    parser.add_argument("--backends", default="spec,reference", metavar="A,B[,C]",
+                        help="comma-separated backends, the first is the oracle "
+                        "(spec,reference); also fast, vllm")
+    parser.add_argument("--steps", type=_positive, default=10_000, metavar="N",
+                        help="rule applications to run in total (10000)")
+    parser.add_argument("--seed", type=_non_negative, default=None, metavar="S",
+                        help="seed (default: random, printed)")
+    parser.add_argument("--num-blocks", type=_positive, default=None, metavar="N",
+                        help="pool size for every shape (default: 8-32, varied)")
+    parser.add_argument("--valid-only", action="store_true",
+                        help="skip BEHAVIOUR.md §12's invalid calls (pools that do not validate)")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="report the first failure as found, without minimising it")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--planted", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--list-planted", action="store_true", help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def _progress_bar(stream: TextIO):
+    def show(done: int, total: int, elapsed: float) -> None:
+        fraction = min(1.0, done / total)
+        filled = int(fraction * 30)
+        rate = done / elapsed if elapsed else 0.0
+        stream.write(
+            f"\r[{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
+            f"{done}/{total} steps {rate:,.0f} steps/s"
+        )
+        stream.flush()
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvpool.harness import run_check
+    from kvpool.harness.planted import PLANTED
+
+    if args.list_planted:
+        for name, cls in PLANTED.items():
+            print(f"{name:28} {cls.bug}")
+        return 0
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.planted:
+        if args.planted not in PLANTED:
+            print(f"kvpool check: unknown planted bug {args.planted!r}", file=sys.stderr)
+            return 2
+        backends.append(f"planted:{args.planted}")
+    if not backends:
+        print("kvpool check: --backends names no backend", file=sys.stderr)
+        return 2
+    try:
+        report = run_check(
+            backends,
+            args.steps,
+            args.seed,
+            num_blocks=args.num_blocks,
+            invalid_calls=not args.valid_only,
+            shrink=not args.no_shrink,
+            progress=None if args.json else _progress_bar(sys.stderr),
+        )
+    except BackendUnavailable as exc:
+        print(f"kvpool check: {exc}", file=sys.stderr)
+        return 2
+    if not args.json:
+        sys.stderr.write("\n")
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def format_report(report) -> str:
+    """The human-readable summary of one check."""
+    lines = [
+        f"backends: {', '.join(report.backends)} (oracle: {report.backends[0]})",
+        f"seed: {report.seed}",
+        f"steps: {report.steps} in {report.examples} examples, {report.elapsed_s:.1f} s "
+        f"({report.steps_per_s:,.0f} steps/s)",
+        f"divergences: {report.divergences}, invariant violations: {report.invariant_violations}",
+    ]
+    if not report.ok:
+        lines.append(f"first failure after {report.steps_to_first_divergence} steps:")
+        lines.append(report.failure or "")
+        if report.reproduction and report.reproduction not in (report.failure or ""):
+            lines += ["", "Minimal reproduction:", report.reproduction]
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""Naming the pools the harness drives: backend names, planted bugs and user factories.
+
+A backend is given as
+
+* a name of :data:`kvpool.backends.BACKENDS` (``"spec"``, ``"reference"``, ``"fast"``);
+* ``"planted:<name>"``, one of the deliberately broken pools of :mod:`kvpool.harness.planted`;
+* ``"vllm"``, vLLM's own ``BlockPool`` behind :mod:`kvpool.harness.vllm_adapter`;
+* any callable ``factory(num_blocks, **options) -> pool`` (e.g. an adapter class). Options are
+  ``make_pool``'s keyword arguments.
+
+Each resolves to a :class:`Backend`: a label for reports, the factory, and the Python source
+that names it again inside a pasted reproduction.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.backends import BACKENDS, backend_class
+from kvpool.errors import BackendUnavailable
+
+PoolFactory = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One pool implementation under test."""
+
+    label: str
+    factory: PoolFactory
+    source: str
+    """Python expression for ``lockstep([...])`` in a reproduction (a string literal or a
+    dotted name of an importable factory)."""
+
+    def make(self, num_blocks: int, **options: Any) -> Any:
+        return self.factory(num_blocks, **options)
+
+
+def _accepts(cls: type, parameter: str) -> bool:
+    try:
+        return parameter in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _named_backend(name: str) -> Backend:
+    if name.startswith("planted:"):
+        from kvpool.harness.planted import planted_class
+
+        cls = planted_class(name.removeprefix("planted:"))
+        return Backend(name, cls, repr(name))
+    if name == "vllm":
+        from kvpool.harness.vllm_adapter import make_vllm_pool, require_vllm
+
+        require_vllm()
+        return Backend(name, make_vllm_pool, repr(name))
+    if name not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
+    cls = backend_class(name)
+    if _accepts(cls, "check_contracts"):
+        # Contract checking re-runs the spec inside the backend; the harness already compares
+        # against the spec after every call, so it would only halve the speed.
+        def factory(num_blocks: int, **options: Any) -> Any:
+            return cls(num_blocks, check_contracts=False, **options)
+
+        return Backend(name, factory, repr(name))
+    return Backend(name, cls, repr(name))
+
+
+def resolve_backend(spec: str | PoolFactory | Backend) -> Backend:
+    """The :class:`Backend` for a name, a factory, or an existing :class:`Backend`."""
+    if isinstance(spec, Backend):
+        return spec
+    if isinstance(spec, str):
+        return _named_backend(spec)
+    if callable(spec):
+        label = getattr(spec, "backend_name", None) or getattr(spec, "__name__", repr(spec))
+        module = getattr(spec, "__module__", None)
+        qualname = getattr(spec, "__qualname__", None)
+        source = f"{module}.{qualname}" if module and qualname else repr(label)
+        return Backend(str(label), spec, source)
+    raise TypeError(f"a backend is a name or a pool factory, got {spec!r}")
+
+
+def resolve_backends(specs: Sequence[str | PoolFactory | Backend]) -> tuple[Backend, ...]:
+    """Resolve every entry; the first is the oracle. Labels are made unique (``spec#2``)."""
+    if not specs:
+        raise ValueError("the harness needs at least one backend")
+    out: list[Backend] = []
+    seen: dict[str, int] = {}
+    for spec in specs:
+        backend = resolve_backend(spec)
+        count = seen.get(backend.label, 0) + 1
+        seen[backend.label] = count
+        if count > 1:
+            backend = Backend(f"{backend.label}#{count}", backend.factory, backend.source)
+        out.append(backend)
+    return tuple(out)
+
+
+__all__ = ["Backend", "PoolFactory", "resolve_backend", "resolve_backends"]

@@ -1,0 +1,335 @@
+"""The differential state machine: valid operations that steer pools into interesting states.
+
+:class:`PoolMachine` is a Hypothesis ``RuleBasedStateMachine`` over a :class:`Lockstep` of
+backends (the first is the oracle, normally the spec). It keeps a small model of *who holds
+what*: request block tables, like vLLM's managers keep them. Rules pick their arguments from
+that model and from the oracle's state (held blocks, queued cached blocks, present keys,
+watched blocks), never as blind random ids, so that pool exhaustion, eviction, shared blocks,
+duplicate keys, partial entries, moved keys, watchers and resets all happen within a few
+dozen steps. This module holds the model, the scheduler's common path, allocation and
+prefix hits; :mod:`~kvpool.harness.cache_rules`, :mod:`~kvpool.harness.release_rules` and
+:mod:`~kvpool.harness.invalid_rules` add the other rules, and
+:func:`kvpool.harness.differential.build_machine` combines them.
+
+Every rule applies its operation(s) through the lockstep, which checks results, error types,
+abstract states, invariants and events after each call. The machine adds checks of its own,
+about the oracle: the model's holder counts equal the ref counts (BEHAVIOUR.md §11.22), and
+each rule's name is a claim it asserts (``self.expect``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from kvpool.harness.config import HarnessConfig
+from kvpool.harness.driver import Divergence, Lockstep, Reply
+from kvpool.harness.requests import SHARED_PREFIXES, TOKEN_ALPHABET, coarse_hashes
+from kvpool.keys import key_group, key_hash, pack_key
+from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
+
+PICK = st.integers(min_value=0, max_value=63)
+"""Chooses among the candidates a rule computed (``candidates[pick % len]``); shrinks to 0."""
+PICKS = st.lists(PICK, min_size=1, max_size=4)
+
+
+@dataclass
+class Table:
+    """One holder of blocks: a request's block table for one group (vLLM's ``req_to_blocks``).
+
+    Position ``k`` of ``blocks`` holds the request's ``k``-th ``block_size`` tokens; the null
+    block fills skipped positions. ``num_cached`` leading positions are already cached.
+    """
+
+    request: Any
+    blocks: list[int]
+    num_cached: int
+    group: int
+
+
+class StepCounter:
+    """Rule applications across examples, and the step at which the first check failed."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.examples = 0
+        self.first_divergence_at: int | None = None
+        self.first_divergence: Divergence | None = None
+
+    def divergence_seen(self, error: Divergence) -> None:
+        if self.first_divergence_at is None:
+            self.first_divergence_at = self.steps
+            self.first_divergence = error
+
+
+class PoolMachine(RuleBasedStateMachine):
+    """Valid operations (see module docstring); subclassed per configuration."""
+
+    config: ClassVar[HarnessConfig] = HarnessConfig()
+    counter: ClassVar[StepCounter] = StepCounter()
+
+    def __init__(self) -> None:
+        super().__init__()
+        cfg = self.config
+        self.counter.examples += 1
+        self.pool = Lockstep(
+            cfg.backends,
+            num_blocks=cfg.num_blocks,
+            on_divergence=self._divergence_seen,
+            **cfg.pool_options(),
+        )
+        self.failed = False
+        self.bs = cfg.block_size
+        self.hbs = cfg.hash_block_size
+        self.ratio = cfg.block_size // cfg.hash_block_size
+        self.groups = range(cfg.num_groups)
+        self.requests: list[Any] = []
+        self.coarse: dict[int, list[bytes]] = {}
+        self.tables: list[Table] = []
+        self.sibling_held: list[int] = []
+        self.scheduled = 0
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _divergence_seen(self, error: Divergence) -> None:
+        self.failed = True
+        self.counter.divergence_seen(error)
+
+    def step(self, text: str) -> None:
+        """Count one rule application and describe it in domain words."""
+        self.counter.steps += 1
+        note(text)
+
+    def expect(self, claim: bool, message: str) -> None:
+        """A rule's own claim about the oracle's answer (the spec checked against §6)."""
+        if not claim:
+            raise self.pool.fail("property", message)
+
+    @property
+    def state(self) -> Any:
+        return self.pool.state
+
+    def free_count(self) -> int:
+        return len(self.state.free_queue)
+
+    def hashes(self, request: Any) -> list[bytes]:
+        key = id(request)
+        if key not in self.coarse:
+            self.coarse[key] = coarse_hashes(request, self.hbs, self.bs)
+        return self.coarse[key]
+
+    def held_blocks(self) -> list[int]:
+        seen: dict[int, None] = {}
+        for table in self.tables:
+            for b in table.blocks:
+                if b != NULL_BLOCK_ID:
+                    seen[b] = None
+        return list(seen)
+
+    def tables_with_blocks(self) -> list[Table]:
+        return [t for t in self.tables if any(b != NULL_BLOCK_ID for b in t.blocks)]
+
+    def queued_keyed(self) -> list[int]:
+        keys = self.state.primary_key
+        return [b for b in self.state.free_queue if keys[b] is not None]
+
+    def add_table(self, request: Any, reply: Reply, group: int, prefix: list[int] = ()) -> None:
+        """Record the blocks an allocation handed out (also when a watcher raised after it)."""
+        if not reply.rejected and reply.value is not None:
+            self.tables.append(Table(request, [*prefix, *reply.value], len(prefix), group))
+
+    def release(self, table: Table) -> None:
+        self.tables.remove(table)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    @initialize(prefix=st.integers(0, len(SHARED_PREFIXES) - 1),
+                suffix=st.lists(st.sampled_from(TOKEN_ALPHABET), max_size=12))
+    def first_request(self, prefix: int, suffix: list[int]) -> None:
+        self.a_new_request_may_share_a_prefix(prefix, suffix)
+
+    @precondition(lambda self: len(self.requests) < self.config.max_requests)
+    @rule(prefix=st.integers(0, len(SHARED_PREFIXES) - 1),
+          suffix=st.lists(st.sampled_from(TOKEN_ALPHABET), max_size=12))
+    def a_new_request_may_share_a_prefix(self, prefix: int, suffix: list[int]) -> None:
+        tokens = [*SHARED_PREFIXES[prefix], *suffix]
+        self.step(f"a request arrives with {len(tokens)} tokens (shared prefix {prefix})")
+        self.requests.append(self.pool.make_request(tokens))
+
+    # -- the scheduler's common path -----------------------------------------------------------
+
+    @rule()
+    def a_request_is_scheduled_reusing_its_cached_prefix(self) -> None:
+        """vLLM's ``allocate_slots`` then ``cache_blocks``: hits, touch, allocate, cache.
+
+        Takes no arguments on purpose: Hypothesis prefers the first rule of its (argument
+        count, name) order, so the most common step is the one that builds realistic state.
+        The request and group rotate with the step count instead.
+        """
+        turn = self.scheduled
+        self.scheduled += 1
+        request = self.requests[turn % len(self.requests)]
+        group = (turn // len(self.requests)) % len(self.groups)
+        hashes = self.hashes(request)
+        self.step(f"schedule {request.request_id} in group {group} ({len(hashes)} full blocks)")
+        hits: list[int] = []
+        if self.config.enable_caching:
+            for h in hashes[: self.config.max_table_blocks]:
+                found = self.pool.get_cached_block(h, [group]).value
+                if found is None:
+                    break
+                hits.append(found[0])
+            if hits and self.pool.touch(hits).rejected:
+                return
+        wanted = min(len(hashes) + 1, self.config.max_table_blocks) - len(hits)
+        while self.free_count() < wanted and len(self.tables) > 1:
+            # Out of room: finish the oldest request, as a scheduler would, so its cached
+            # blocks become eviction candidates at the tail of the queue.
+            oldest = self.tables[0]
+            if self.pool.free_blocks(list(reversed(oldest.blocks))).rejected:
+                break
+            self.release(oldest)
+        reply = self.pool.get_new_blocks(max(0, min(wanted, self.free_count())))
+        if reply.rejected:
+            return
+        self.add_table(request, reply, group, hits)
+        table = self.tables[-1]
+        num_full = min(len(table.blocks), len(hashes))
+        if self.config.enable_caching and num_full > table.num_cached:
+            reply = self.pool.cache_full_blocks(request, list(table.blocks), table.num_cached,
+                                                num_full, self.bs, group)
+            if not reply.rejected:
+                table.num_cached = num_full
+
+    # -- allocation --------------------------------------------------------------------------
+
+    @rule(req=PICK, n=st.integers(0, 4), group=PICK)
+    def allocation_hands_out_the_front_of_the_free_queue(self, req: int, n: int, group: int):
+        n = min(n, self.free_count(), self.config.max_table_blocks)
+        request = self.requests[req % len(self.requests)]
+        expected = list(self.state.free_queue[:n])
+        self.step(f"allocate {n} blocks for a new table of {request.request_id}")
+        reply = self.pool.get_new_blocks(n)
+        self.expect(reply.value == expected, f"get_new_blocks({n}) should return {expected}")
+        self.add_table(request, reply, group % len(self.groups))
+
+    @precondition(lambda self: self.config.enable_caching and self.queued_keyed())
+    @rule(req=PICK, group=PICK)
+    def allocation_evicts_least_recent_cached_block(self, req: int, group: int) -> None:
+        queue, keys = self.state.free_queue, self.state.primary_key
+        first = next(i for i, b in enumerate(queue) if keys[b] is not None)
+        victim = queue[first]
+        self.step(f"allocate {first + 1} blocks, evicting least recent cached block {victim}")
+        reply = self.pool.get_new_blocks(first + 1)
+        self.expect(
+            not keys_of_block(self.state, victim),
+            f"block {victim} was reallocated but kept its keys",
+        )
+        self.add_table(self.requests[req % len(self.requests)], reply, group % len(self.groups))
+
+    @precondition(lambda self: self.free_count() > 0)
+    @rule(req=PICK, group=PICK)
+    def exhausting_the_pool_hands_out_every_free_block(self, req: int, group: int) -> None:
+        n = self.free_count()
+        self.step(f"allocate all {n} free blocks")
+        reply = self.pool.get_new_blocks(n)
+        self.expect(self.free_count() == 0, "the pool should be exhausted")
+        self.add_table(self.requests[req % len(self.requests)], reply, group % len(self.groups))
+
+    @precondition(lambda self: self.tables and self.free_count() > 0)
+    @rule(t=PICK, n=st.integers(1, 3))
+    def growing_a_table_appends_fresh_blocks(self, t: int, n: int) -> None:
+        table = self.tables[t % len(self.tables)]
+        n = min(n, self.free_count())
+        self.step(f"table of {table.request.request_id} grows by {n} blocks")
+        reply = self.pool.get_new_blocks(n)
+        if not reply.rejected:
+            table.blocks.extend(reply.value)
+
+    # -- prefix hits -------------------------------------------------------------------------
+
+    def hit_candidates(self) -> list[tuple[Any, int]]:
+        cache = self.state.cache
+        return [
+            (r, g)
+            for r in self.requests
+            for g in self.groups
+            if self.hashes(r) and pack_key(self.hashes(r)[0], g) in cache
+        ]
+
+    @precondition(lambda self: self.config.enable_caching and self.hit_candidates())
+    @rule(k=PICK, extra=st.integers(0, 2))
+    def prefix_hit_touches_and_shares_cached_blocks(self, k: int, extra: int) -> None:
+        candidates = self.hit_candidates()
+        request, group = candidates[k % len(candidates)]
+        self.step(f"{request.request_id} looks up its prefix in group {group}")
+        hits: list[int] = []
+        for h in self.hashes(request)[: self.config.max_table_blocks]:
+            found = self.pool.get_cached_block(h, [group]).value
+            if found is None:
+                break
+            hits.append(found[0])
+        self.expect(bool(hits), f"{request.request_id}'s first block should hit")
+        if self.pool.touch(hits).rejected:
+            return
+        n = min(extra, self.free_count())
+        self.add_table(request, self.pool.get_new_blocks(n), group, hits)
+
+    @precondition(lambda self: self.state.cache)
+    @rule(k=PICK, others=st.lists(st.integers(0, 3), max_size=2), where=PICK)
+    def lookup_answers_every_group_or_none(self, k: int, others: list[int], where: int):
+        keys = list(self.state.cache)
+        key = keys[k % len(keys)]
+        group_ids = [g % (len(self.groups) + 1) for g in others]
+        group_ids.insert(where % (len(group_ids) + 1), key_group(key))
+        self.step(f"look up one cached hash in groups {group_ids}")
+        reply = self.pool.get_cached_block(key_hash(key), group_ids)
+        cache = self.state.cache
+        all_hit = all(pack_key(key_hash(key), g) in cache for g in group_ids)
+        answered = reply.value is not None
+        self.expect(
+            answered == all_hit and (not all_hit or len(reply.value) == len(group_ids)),
+            "get_cached_block is all-or-nothing, one block per requested group",
+        )
+
+    # -- model checks ------------------------------------------------------------------------
+
+    @invariant()
+    def ref_counts_equal_the_holders_in_the_tables(self) -> None:
+        """§11.22: every reference is a table slot (or a sibling block handed out)."""
+        expected = [0] * self.config.num_blocks
+        for table in self.tables:
+            for b in table.blocks:
+                if b != NULL_BLOCK_ID:
+                    expected[b] += 1
+        if tuple(expected) != self.state.ref_cnt:
+            raise self.pool.fail(
+                "invariant",
+                f"ref_counts_equal_the_holders_in_the_tables: tables hold {expected}, "
+                f"pool says {list(self.state.ref_cnt)}",
+            )
+        if self.pool.siblings is not None:
+            sib = [0] * self.config.num_blocks
+            for b in self.sibling_held:
+                sib[b] += 1
+            if tuple(sib) != self.pool.sibling_state.ref_cnt:
+                raise self.pool.fail("invariant", f"sibling holds {sib}, pool says "
+                                      f"{list(self.pool.sibling_state.ref_cnt)}")
+
+    def teardown(self) -> None:
+        # A last replay check per example; skipped after a failure, whose report must stand.
+        if not self.failed and self.pool.events_enabled:
+            self.pool.take_events()
+
+
+__all__ = ["PICK", "PICKS", "PoolMachine", "StepCounter", "Table"]

@@ -1,0 +1,222 @@
+"""Deliberately broken pools: copies of the reference, each with one bug in one method.
+
+They exist to test the harness: a differential check of ``["spec", "planted:<name>"]`` must
+fail, within the default budget, with a reproduction that points at the bug. ``kvpool check
+--planted NAME`` demonstrates one; ``python -m kvpool.harness.planted`` reports how many
+steps each one took to be found.
+
+Each pool subclasses :class:`~kvpool.reference.pool.ReferenceBlockPool` and overrides one
+method (named in the class docstring) with a mistake a real implementation can make; several
+are things vLLM does (BEHAVIOUR.md §12). Every other operation is the reference's, so the
+planted method is the only difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections import Counter
+
+from kvpool.errors import DoubleFree
+from kvpool.keys import pack_key
+from kvpool.reference import preconditions as pre
+from kvpool.reference.block import KVCacheBlock
+from kvpool.reference.pool import ReferenceBlockPool
+from kvpool.spec.records import EventRecord
+
+PLANTED: dict[str, type[ReferenceBlockPool]] = {}
+
+
+def _planted(name: str, bug: str):
+    def register(cls: type[ReferenceBlockPool]) -> type[ReferenceBlockPool]:
+        cls.backend_name = f"planted:{name}"
+        cls.bug = bug  # type: ignore[attr-defined]
+        PLANTED[name] = cls
+        return cls
+
+    return register
+
+
+def planted_class(name: str) -> type[ReferenceBlockPool]:
+    """The planted pool called ``name`` (see :data:`PLANTED`)."""
+    try:
+        return PLANTED[name]
+    except KeyError:
+        raise ValueError(f"unknown planted bug {name!r}; known: {', '.join(PLANTED)}") from None
+
+
+@_planted("free_zones_swapped", "freed keyed blocks go to the front, unkeyed ones to the tail")
+class FreeZonesSwapped(ReferenceBlockPool):
+    """``_core_free`` with the two zones of the queue exchanged."""
+
+    def _core_free(self, ids):
+        error = pre.free_blocks_rejection(self, ids)
+        if error:
+            raise error
+        to_front, to_tail = [], []
+        for b in ids:
+            block = self.blocks[b]
+            if block.is_null:
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                (to_tail if block.block_hash is None else to_front).append(block)
+        self.free_block_queue.prepend_n(to_front)
+        self.free_block_queue.append_n(to_tail)
+
+
+@_planted("free_batch_reversed", "free_blocks processes the batch last block first")
+class FreeBatchReversed(ReferenceBlockPool):
+    """``_core_free`` walking the batch backwards (eviction priority inverted)."""
+
+    def _core_free(self, ids):
+        super()._core_free(tuple(reversed(ids)))
+
+
+@_planted("reuse_keeps_old_key", "get_new_blocks does not evict a reused block's keys")
+class ReuseKeepsOldKey(ReferenceBlockPool):
+    """``_core_get_new_blocks`` without the lazy eviction of the popped blocks' keys."""
+
+    def _core_get_new_blocks(self, n):
+        error = pre.get_new_blocks_rejection(self, n)
+        if error:
+            raise error
+        blocks = self.free_block_queue.popleft_n(n)
+        fired = tuple(b.block_id for b in blocks if b.block_id in self.reuse_watcher_ids)
+        for b in fired:
+            del self.reuse_watcher_ids[b]
+        for block in blocks:
+            block.ref_cnt = 1
+        return [b.block_id for b in blocks], (), fired
+
+
+@_planted("touch_stays_queued", "touch takes a reference but leaves a free block in the queue")
+class TouchStaysQueued(ReferenceBlockPool):
+    """``_core_touch`` that forgets to unlink a free block from the queue."""
+
+    def _core_touch(self, ids):
+        error = pre.touch_rejection(self, ids)
+        if error:
+            raise error
+        for b in ids:
+            if not self.blocks[b].is_null:
+                self.blocks[b].ref_cnt += 1
+
+
+@_planted("usage_off_by_one", "get_usage divides by num_gpu_blocks, counting the null block")
+class UsageOffByOne(ReferenceBlockPool):
+    """``get_usage`` over all blocks instead of the usable ``N - 1``."""
+
+    def get_usage(self) -> float:
+        return 1.0 - self.get_num_free_blocks() / self.num_gpu_blocks
+
+
+@_planted("duplicate_newest_first", "a key with several blocks answers its newest block")
+class DuplicateNewestFirst(ReferenceBlockPool):
+    """``_core_get_cached_block`` answering the newest duplicate, not the earliest."""
+
+    def _core_get_cached_block(self, block_hash, group_ids):
+        if super()._core_get_cached_block(block_hash, group_ids) is None:
+            return None
+        out = []
+        for g in group_ids:
+            entry = self.cached_block_hash_to_block._cache[pack_key(block_hash, g)]
+            out.append(entry.block_id if isinstance(entry, KVCacheBlock) else list(entry)[-1])
+        return out
+
+
+@_planted("eviction_event_missing", "dropping a block's keys emits no BlockRemoved")
+class EvictionEventMissing(ReferenceBlockPool):
+    """``_maybe_evict_cached_block`` that removes the keys but records no event."""
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock, records: list[EventRecord]) -> bool:
+        return bool(self._remove_cached_block_hashes(block))
+
+
+@_planted("rejected_free_half_applied", "a double free releases the blocks before it, then raises")
+class RejectedFreeHalfApplied(ReferenceBlockPool):
+    """``_core_free`` that, like vLLM, walks the batch and fails at the over-released block."""
+
+    def _core_free(self, ids):
+        error = pre.free_blocks_rejection(self, ids)
+        if isinstance(error, DoubleFree):
+            released: Counter = Counter()
+            prefix = []
+            for b in ids:
+                if not self.blocks[b].is_null and released[b] + 1 > self.blocks[b].ref_cnt:
+                    break
+                released[b] += 1
+                prefix.append(b)
+            super()._core_free(tuple(prefix))
+            raise error
+        super()._core_free(ids)
+
+
+@_planted("sequence_number_skips", "cache_full_blocks numbers its events one too high")
+class SequenceNumberSkips(ReferenceBlockPool):
+    """``_core_cache_full_blocks`` that skips a sequence number before its events."""
+
+    def _core_cache_full_blocks(self, hashes, ids, num_cached, num_full, block_size, group_id,
+                                mask):
+        records = super()._core_cache_full_blocks(
+            hashes, ids, num_cached, num_full, block_size, group_id, mask
+        )
+        if not records:
+            return records
+        self._event_count += 1
+        return tuple(dataclasses.replace(r, seq=r.seq + 1) for r in records)
+
+
+@_planted("watchers_fire_reversed", "reuse watchers fire last popped block first")
+class WatchersFireReversed(ReferenceBlockPool):
+    """``_core_get_new_blocks`` reporting the fired watchers in reverse pop order."""
+
+    def _core_get_new_blocks(self, n):
+        ids, records, fired = super()._core_get_new_blocks(n)
+        return ids, records, tuple(reversed(fired))
+
+
+@_planted("secondary_keys_reversed", "a block's secondary keys are removed newest first")
+class SecondaryKeysReversed(ReferenceBlockPool):
+    """``_remove_cached_block_hashes`` walking the secondary keys newest first."""
+
+    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[bytes]:
+        secondary = self.cached_block_hashes_by_block.get(block.block_id)
+        if secondary:
+            self.cached_block_hashes_by_block[block.block_id] = dict.fromkeys(
+                reversed(list(secondary))
+            )
+        return super()._remove_cached_block_hashes(block)
+
+
+def steps_to_detection(names=None, *, steps: int = 20_000, seed: int = 0,
+                       oracle: str = "spec") -> dict[str, int | None]:
+    """For each planted bug, the step at which a check against ``oracle`` first failed."""
+    from kvpool.harness.check import run_check
+
+    out: dict[str, int | None] = {}
+    for name in names or PLANTED:
+        report = run_check([oracle, f"planted:{name}"], steps, seed, shrink=False)
+        out[name] = report.steps_to_first_divergence
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="steps until each planted bug is found")
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--oracle", default="spec")
+    args = parser.parse_args(argv)
+    missed = 0
+    for name, found in steps_to_detection(steps=args.steps, seed=args.seed,
+                                          oracle=args.oracle).items():
+        missed += found is None
+        shown = "NOT FOUND" if found is None else f"{found} steps"
+        print(f"{name:28} {shown:>12}   {PLANTED[name].bug}")
+    return 1 if missed else 0
+
+
+__all__ = ["PLANTED", "main", "planted_class", "steps_to_detection"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
