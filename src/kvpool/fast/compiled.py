@@ -1,0 +1,147 @@
+"""The kernels of :mod:`kvpool.fast.kernels`, compiled once each with Numba (or left plain).
+
+Contract: :func:`kernel_set` returns an object whose attributes are the kernels by name —
+compiled entry points (``jit=True``) or the plain Python functions (``jit=False``); both take
+the same arguments and return the same values. Importing this module needs numba; without it
+the import fails and :func:`kvpool.make_pool` reports ``BackendUnavailable``.
+
+Compile choices:
+
+* ``cache=True``: the first compile of all kernels costs tens of seconds; the on-disk cache
+  (next to ``kernels.py``) brings a fresh process down to loading machine code. Numba
+  invalidates it when ``kernels.py`` changes, which is why every compiled line lives there.
+* Explicit signatures, compiled lazily on first use: one specialisation per kernel, so a
+  caller passing a wrong dtype fails loudly (``TypeError``) instead of silently compiling a
+  second version, and so the compiled entry point can be called directly.
+* Entry points, not dispatchers: a dispatcher call resolves the type of every argument
+  (about 40-70 ns per array here); the entry point of the single specialisation skips that,
+  which is what makes a one-block allocate + free fit in a microsecond. The price is that the
+  entry point trusts its arguments' dtypes: :mod:`kvpool.fast.state` and
+  :mod:`kvpool.fast.pool` create or convert every array they pass (``np.int64`` ids,
+  C-contiguous). Plain ints and bools are converted by the entry point itself.
+* No ``parallel=True`` and no ``fastmath``: every kernel is a short sequential walk over
+  linked lists whose steps depend on each other; threads would only add start-up cost, and
+  integer code has nothing for fastmath to relax.
+* ``nogil`` is left off: the pool is single-threaded by contract (BEHAVIOUR.md §6).
+* Helpers (``_``-prefixed functions of ``kernels``) are registered with ``register_jitable``:
+  they stay plain functions for the uncompiled run, and compiled kernels that call them
+  compile them inline — no second copy of any helper exists.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import numba
+from numba import types as nt
+from numba.extending import register_jitable
+
+from kvpool.fast import kernels
+
+for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
+    if _name.startswith("_") and _fn.__module__ == kernels.__name__:
+        register_jitable(_fn)
+
+_blk = nt.Array(nt.int32, 2, "C")  # blk, ent, table rows
+_i64_2d = nt.Array(nt.int64, 2, "C")  # blk64, keys, events, lookup output
+_u8_2d = nt.Array(nt.uint8, 2, "C")  # key_bytes
+_i32 = nt.Array(nt.int32, 1, "C")  # table
+_i64 = nt.Array(nt.int64, 1, "C")  # meta, ids, outputs, lengths
+_u8 = nt.Array(nt.uint8, 1, "C")  # hash bytes, masks
+_int = nt.int64
+_bool = nt.boolean
+
+_ENT = _blk
+_INDEX = (_blk, _i64_2d, _ENT, _i64_2d, _u8_2d, _i32, _i64, _i64_2d)  # blk … events
+
+SIGNATURES: dict[str, tuple] = {
+    "init_state": (_int, (_blk, _i64)),
+    "get_new_blocks_unkeyed": (_int, (_blk, _i64, _i64, _int)),
+    "get_new_blocks": (
+        _int,
+        (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _i64, _int, _bool, _bool),
+    ),
+    "touch": (_int, (_blk, _i64, _i64)),
+    "free_blocks": (_int, (_blk, _i64, _bool, _bool, _i64)),
+    "free_one": (_int, (_blk, _i64, _bool, _int)),
+    "unpin_blocks": (_int, (_blk, _i64_2d, _i64, _i64)),
+    "lookup_blocks": (_int, (_ENT, _i64_2d, _u8_2d, _i32, _i64, _u8, _i64, _i64, _i64_2d)),
+    "cache_full_blocks": (
+        _int,
+        (*_INDEX, _i64, _u8, _u8, _i64, _int, _int, _int, _bool, _bool),
+    ),
+    "allocate_and_cache": (
+        _int,
+        (*_INDEX, _i64, _i64, _int, _int, _u8, _u8, _i64, _int, _int, _int, _int, _bool, _bool,
+         _bool),
+    ),
+    "cache_partial_block": (_int, (*_INDEX, _int, _u8, _int, _int, _bool, _bool)),
+    "move_block_hashes": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i64, _int, _int)),
+    "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _bool)),
+    "reset_prefix_cache": (
+        _int,
+        (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _bool),
+    ),
+    "block_is_writable": (_bool, (_blk, _int)),
+    "queue_order": (_int, (_blk, _i64)),
+    "release_removed_keys": (_int, (_i64_2d, _i64, _i64_2d)),
+    "rehash": (_int, (_i64_2d, _i32, _i64)),
+}
+"""Every public kernel with its one signature ``(return type, argument types)``."""
+
+
+class KernelSet:
+    """The kernels by attribute name: compiled entry points, or the plain functions."""
+
+    def __init__(self, jit: bool) -> None:
+        self.jit = jit
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        # Only called for names not yet cached on the instance: resolve once, then keep.
+        if name not in SIGNATURES:
+            raise AttributeError(name)
+        fn = _compiled(name) if self.jit else getattr(kernels, name)
+        setattr(self, name, fn)
+        return fn
+
+
+_ENTRY_POINTS: dict[str, Callable[..., Any]] = {}
+
+
+def _compiled(name: str) -> Callable[..., Any]:
+    entry = _ENTRY_POINTS.get(name)
+    if entry is None:
+        fn = getattr(kernels, name)
+        dispatcher = numba.njit(cache=True)(fn)
+        if not hasattr(dispatcher, "compile"):  # NUMBA_DISABLE_JIT=1: njit returned fn itself
+            entry = fn
+        else:
+            ret, args = SIGNATURES[name]
+            entry = dispatcher.compile(ret(*args))
+            dispatcher.disable_compile()
+        _ENTRY_POINTS[name] = entry
+    return entry
+
+
+_SETS: dict[bool, KernelSet] = {}
+
+
+def kernel_set(jit: bool = True) -> KernelSet:
+    """The shared kernel set for ``jit`` (compiled) or plain Python (``jit=False``)."""
+    ks = _SETS.get(jit)
+    if ks is None:
+        ks = _SETS[jit] = KernelSet(jit)
+    return ks
+
+
+def compile_all() -> float:
+    """Compile (or load from the cache) every kernel now; returns the seconds it took."""
+    import time
+
+    start = time.perf_counter()
+    ks = kernel_set(True)
+    for name in SIGNATURES:
+        getattr(ks, name)
+    return time.perf_counter() - start

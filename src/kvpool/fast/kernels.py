@@ -1,0 +1,1034 @@
+"""Array kernels of the fast pool: plain Python functions over numpy arrays and ints.
+
+Contract: every kernel validates its whole input before it writes anything, returns an error
+code (``OK`` = 0) instead of raising, and never indexes outside its arrays for any caller
+input (every caller id is range-checked first). The same source runs uncompiled (tests,
+``NUMBA_DISABLE_JIT=1``) and compiled by :mod:`kvpool.fast.compiled`; kernels read no
+configuration globals (settings are arguments) and only use what Numba and Python evaluate
+identically — ints from arrays go through ``int()`` before any arithmetic that could widen.
+
+Everything compiled lives in this one file on purpose: Numba's on-disk cache (``cache=True``)
+only watches the source file of the function it compiled, so a helper or a constant kept in
+another module could change without invalidating the cached machine code that inlined it.
+
+Data layout (``N`` = number of blocks; rows ``N`` and ``N+1`` of ``blk`` are the free queue's
+head and tail sentinels):
+
+``blk`` int32 [N+2, 5]
+    ``PREV``/``NEXT`` queue links (-1 = not queued), ``REF`` ref_cnt, ``FIRST`` the block's
+    first key entry (its primary; -1 = no key), ``MARK`` scratch (0 between calls).
+``blk64`` int64 [N+2, 2]
+    ``TOKENS`` primary token count in units of ``hash_block_size`` (bounded by the request's
+    hash list, so it cannot overflow however large the sizes), ``WATCH`` watcher-table stamp
+    (0 = no watcher; larger = registered later).
+``ent`` int32 [E, 5] — one row per (key, block) pair
+    ``E_KEY`` key id, ``E_BLOCK`` block id (-1 = free row), ``E_KPREV``/``E_KNEXT`` the key's
+    chain (insertion order: the head is the earliest surviving block, what a lookup returns),
+    ``E_BNEXT`` the block's chain (primary first, then secondaries in insertion order; also
+    the free-row list).
+``keys`` int64 [K, 4] + ``key_bytes`` uint8 [K, stride] — one row per distinct key
+    ``K_HASH`` 63-bit hash of the packed key, ``K_LEN`` its length, ``K_HEAD``/``K_TAIL`` its
+    entry chain. ``K_HEAD`` = -1 marks a free row (``K_TAIL`` then links the free list), -2 a
+    row removed during this call whose bytes an event still needs (released after decoding).
+    ``key_bytes[k, :K_LEN]`` = hash bytes ‖ group id (4 bytes big-endian), i.e. the packed key.
+``table`` int32 [T] (T a power of two)
+    open addressing, linear probing, key ids (-1 = empty); deletion shifts later entries back,
+    so there are no tombstones. The caller keeps the load at most 1/2.
+``meta`` int64 [META_SIZE]
+    counters (``M_*``). ``events`` int64 [R, 3]: (kind, payload, seq) records of this call.
+
+Capacity (rows of ``ent``/``keys``/``events``, ``stride``, table size) is grown by the state
+object before a call; kernels re-check it and refuse (``ERR_CAPACITY``) rather than overflow.
+
+Why this key storage: a block costs 36 bytes here whether or not it is ever cached, and key
+memory is paid per *distinct key* and per *(key, block) pair*, only as they appear (rows
+double on demand). A key is stored once however many blocks carry it (duplicates cost one
+20-byte entry row each), in a fixed-stride row so that a freed row is reused as is; the stride
+is the longest key seen (36 for SHA-256 keys, 20 for xxh3-128), grown if a longer one comes.
+A fully cached pool with distinct 36-byte keys adds about 20 + 32 + 36 + 8 (table at load
+<= 1/2) = 96 bytes per block, up to twice that right after a doubling. Limits: ids and
+ref counts are int32 (N < 2**31 - 2; 2**31 - 1 holders per block).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# -- column and slot indices --------------------------------------------------------------------
+PREV, NEXT, REF, FIRST, MARK = 0, 1, 2, 3, 4
+BLK_COLS = 5
+TOKENS, WATCH = 0, 1
+BLK64_COLS = 2
+E_KEY, E_BLOCK, E_KPREV, E_KNEXT, E_BNEXT = 0, 1, 2, 3, 4
+ENT_COLS = 5
+K_HASH, K_LEN, K_HEAD, K_TAIL = 0, 1, 2, 3
+KEY_COLS = 4
+KEY_FREE_ROW, KEY_PENDING_ROW = -1, -2
+EV_KIND, EV_PAYLOAD, EV_SEQ = 0, 1, 2
+EV_COLS = 3
+
+M_NUM_FREE = 0  # blocks in the free queue
+M_EVENT_COUNT = 1  # sequence number of the next event
+M_EV_LEN = 2  # records written by the last call
+M_NUM_WATCHERS = 3
+M_WATCH_CLOCK = 4  # last watcher stamp handed out
+M_ENT_USED = 5  # live entry rows
+M_ENT_FREE = 6  # head of the free entry-row list
+M_ENT_HIGH = 7  # rows ever used (rows >= this were never touched)
+M_KEY_USED = 8  # key rows not on the free list (live + pending)
+M_KEY_FREE = 9
+M_KEY_HIGH = 10
+M_ERR_INDEX = 11  # position of the offending argument when a kernel refuses
+M_RESULT = 12  # a scalar result (hit count, reset outcome)
+M_FIRED_LEN = 13  # watchers fired by the last call
+META_SIZE = 14
+
+# -- return codes -------------------------------------------------------------------------------
+OK = 0
+ERR_BLOCK_ID = 1  # id out of range; M_ERR_INDEX = its position
+ERR_NO_FREE = 2
+ERR_DOUBLE_FREE = 3  # M_ERR_INDEX = first position whose block is over-released
+ERR_NULL_BLOCK = 4
+ERR_DUPLICATE = 5  # a block listed twice among the blocks to cache
+ERR_FREE_BLOCK = 6  # a cache write on a block with ref_cnt 0
+ERR_KEYED = 7  # a block already carries an equal or longer key
+ERR_DST_KEYED = 8
+ERR_ARGUMENT = 9  # negative count or malformed shapes (the shell checks these first)
+ERR_CAPACITY = 10  # the state did not grow an array first: a bug, never user input
+NEED_FULL = 11  # the lean allocation path declines; use the full kernel
+
+EV_REMOVED, EV_STORED, EV_PARTIAL, EV_CLEARED = 1, 2, 3, 4
+
+# Key hashing constants (FNV's); every step is masked to 63 bits so that the plain-Python run
+# (unbounded ints, masked) and the compiled run (wrapping int64, masked) agree exactly.
+FNV_OFFSET = 0x4BF29CE484222325
+FNV_PRIME = 0x100000001B3
+MASK63 = 0x7FFFFFFFFFFFFFFF
+
+
+# ===============================================================================================
+# Construction
+# ===============================================================================================
+
+
+def init_state(blk, meta):
+    """A fresh pool: every block free in id order, block 0 (null) out of the queue.
+
+    blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE]; N >= 1. ``blk64`` starts all zero
+    (allocated zeroed; not written here, so a large pool does not pay for touching it).
+    """
+    n = blk.shape[0] - 2
+    head = n
+    tail = n + 1
+    for b in range(n + 2):
+        blk[b, PREV] = b - 1
+        blk[b, NEXT] = b + 1
+        blk[b, REF] = 0
+        blk[b, FIRST] = -1
+        blk[b, MARK] = 0
+    blk[0, PREV] = -1
+    blk[0, NEXT] = -1
+    blk[head, PREV] = -1
+    blk[tail, NEXT] = -1
+    if n > 1:
+        blk[1, PREV] = head
+        blk[head, NEXT] = 1
+        blk[n - 1, NEXT] = tail
+        blk[tail, PREV] = n - 1
+    else:
+        blk[head, NEXT] = tail
+        blk[tail, PREV] = head
+    for i in range(meta.shape[0]):
+        meta[i] = 0
+    meta[M_NUM_FREE] = n - 1
+    meta[M_ENT_FREE] = -1
+    meta[M_KEY_FREE] = -1
+    return OK
+
+
+# ===============================================================================================
+# Free queue (intrusive doubly linked list over blk rows)
+# ===============================================================================================
+
+
+def _unlink(blk, b):
+    """Take queued block ``b`` out of the queue and clear its links."""
+    p = blk[b, PREV]
+    q = blk[b, NEXT]
+    blk[p, NEXT] = q
+    blk[q, PREV] = p
+    blk[b, PREV] = -1
+    blk[b, NEXT] = -1
+
+
+def _link_after(blk, at, b):
+    """Link unqueued block ``b`` right after ``at`` (a queued block or the head sentinel)."""
+    q = blk[at, NEXT]
+    blk[b, PREV] = at
+    blk[b, NEXT] = q
+    blk[at, NEXT] = b
+    blk[q, PREV] = b
+
+
+def _append(blk, b):
+    """Link unqueued block ``b`` at the tail (evicted last)."""
+    tail = blk.shape[0] - 1
+    _link_after(blk, blk[tail, PREV], b)
+
+
+def _first_bad_id(ids, n):
+    """Position of the first id outside ``[0, n)``, or -1."""
+    for i in range(ids.shape[0]):
+        if ids[i] < 0 or ids[i] >= n:
+            return i
+    return -1
+
+
+def _first_over_released(blk, ids):
+    """Position of the first id released more often in ``ids`` than its ref_cnt, or -1.
+
+    Ids must be in range. The null block is ignored. Counts go through the MARK column: one
+    pass counts, one pass compares and clears (a block's first position sees its full count,
+    so clearing there cannot hide a later over-release of the same block).
+    """
+    for i in range(ids.shape[0]):
+        blk[ids[i], MARK] += 1
+    bad = -1
+    for i in range(ids.shape[0]):
+        b = ids[i]
+        if bad < 0 and b != 0 and blk[b, MARK] > blk[b, REF]:
+            bad = i
+        blk[b, MARK] = 0
+    return bad
+
+
+# ===============================================================================================
+# Hash index: keys, entries, open-addressing table
+# ===============================================================================================
+
+
+def _hash_key(buf, off, length, group):
+    """63-bit hash of ``buf[off:off+length] ‖ group``: FNV-style multiply steps over 7-byte
+    words (a 36-byte key is 6 dependent steps, not 36), each followed by a xor-shift so that
+    every input bit reaches the low bits the table indexes by."""
+    group = int(group)  # a numpy scalar would make the uncompiled run overflow-warn
+    h = FNV_OFFSET ^ int(length)
+    i = 0
+    while i < length:
+        word = 0
+        for j in range(i, min(i + 7, length)):
+            word = (word << 8) | int(buf[off + j])
+        h = ((h ^ word) * FNV_PRIME) & MASK63
+        h ^= h >> 29
+        i += 7
+    h = ((h ^ group) * FNV_PRIME) & MASK63
+    return h ^ (h >> 31)
+
+
+def _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
+    """Whether key row ``kid`` holds ``buf[off:off+length] ‖ group``."""
+    if keys[kid, K_HASH] != h or keys[kid, K_LEN] != length + 4:
+        return False
+    group = int(group)
+    for i in range(length):
+        if key_bytes[kid, i] != buf[off + i]:
+            return False
+    for j in range(4):
+        if int(key_bytes[kid, length + j]) != (group >> (24 - 8 * j)) & 255:
+            return False
+    return True
+
+
+def _find_key(keys, key_bytes, table, buf, off, length, group, h):
+    """The live key row for ``buf[off:off+length] ‖ group``, or -1. Load < 1 ends the probe."""
+    mask = table.shape[0] - 1
+    i = h & mask
+    while True:
+        kid = table[i]
+        if kid == -1:
+            return -1
+        if _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
+            return kid
+        i = (i + 1) & mask
+
+
+def _new_key(keys, key_bytes, table, meta, buf, off, length, group, h):
+    """Store a key that is not in the table; returns its row. Capacity checked by the caller."""
+    group = int(group)
+    kid = meta[M_KEY_FREE]
+    if kid != -1:
+        meta[M_KEY_FREE] = keys[kid, K_TAIL]
+    else:
+        kid = meta[M_KEY_HIGH]
+        meta[M_KEY_HIGH] = kid + 1
+    meta[M_KEY_USED] += 1
+    keys[kid, K_HASH] = h
+    keys[kid, K_LEN] = length + 4
+    keys[kid, K_HEAD] = -1
+    keys[kid, K_TAIL] = -1
+    for i in range(length):
+        key_bytes[kid, i] = buf[off + i]
+    for j in range(4):
+        key_bytes[kid, length + j] = (group >> (24 - 8 * j)) & 255
+    mask = table.shape[0] - 1
+    i = h & mask
+    while table[i] != -1:
+        i = (i + 1) & mask
+    table[i] = kid
+    return kid
+
+
+def _table_delete(keys, table, kid):
+    """Remove key row ``kid`` from the table, shifting its probe successors back."""
+    mask = table.shape[0] - 1
+    i = keys[kid, K_HASH] & mask
+    while table[i] != kid:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        other = table[j]
+        if other == -1:
+            break
+        home = keys[other, K_HASH] & mask
+        # ``other`` may fill the hole at i unless its home lies cyclically in (i, j].
+        if i <= j:
+            stays = i < home <= j
+        else:
+            stays = home > i or home <= j
+        if not stays:
+            table[i] = other
+            i = j
+    table[i] = -1
+
+
+def _free_key_row(keys, meta, kid):
+    keys[kid, K_HEAD] = KEY_FREE_ROW
+    keys[kid, K_TAIL] = meta[M_KEY_FREE]
+    meta[M_KEY_FREE] = kid
+    meta[M_KEY_USED] -= 1
+
+
+def _emit(events, meta, kind, payload):
+    """Append one event record, numbered from the pool's event counter."""
+    r = meta[M_EV_LEN]
+    events[r, EV_KIND] = kind
+    events[r, EV_PAYLOAD] = payload
+    events[r, EV_SEQ] = meta[M_EVENT_COUNT]
+    meta[M_EV_LEN] = r + 1
+    meta[M_EVENT_COUNT] += 1
+
+
+def _add_entry(blk, blk64, ent, keys, meta, kid, b, units):
+    """Record the pair (key ``kid``, block ``b``): newest under the key, last on the block.
+
+    It becomes the block's primary (with ``units`` hbs-units of tokens) if the block has none.
+    """
+    e = meta[M_ENT_FREE]
+    if e != -1:
+        meta[M_ENT_FREE] = ent[e, E_BNEXT]
+    else:
+        e = meta[M_ENT_HIGH]
+        meta[M_ENT_HIGH] = e + 1
+    meta[M_ENT_USED] += 1
+    last = keys[kid, K_TAIL]
+    ent[e, E_KEY] = kid
+    ent[e, E_BLOCK] = b
+    ent[e, E_KPREV] = last
+    ent[e, E_KNEXT] = -1
+    ent[e, E_BNEXT] = -1
+    if last == -1:
+        keys[kid, K_HEAD] = e
+    else:
+        ent[last, E_KNEXT] = e
+    keys[kid, K_TAIL] = e
+    first = blk[b, FIRST]
+    if first == -1:
+        blk[b, FIRST] = e
+        blk64[b, TOKENS] = units
+    else:
+        while ent[first, E_BNEXT] != -1:
+            first = ent[first, E_BNEXT]
+        ent[first, E_BNEXT] = e
+
+
+def _unlink_from_key(ent, keys, e):
+    """Take entry ``e`` out of its key's chain (the key row keeps its other entries)."""
+    kid = ent[e, E_KEY]
+    p = ent[e, E_KPREV]
+    q = ent[e, E_KNEXT]
+    if p == -1:
+        keys[kid, K_HEAD] = q
+    else:
+        ent[p, E_KNEXT] = q
+    if q == -1:
+        keys[kid, K_TAIL] = p
+    else:
+        ent[q, E_KPREV] = p
+
+
+def _block_has_key(blk, ent, b, kid):
+    """Whether the pair (``kid``, ``b``) is in the index (walks the block's short chain)."""
+    e = blk[b, FIRST]
+    while e != -1:
+        if ent[e, E_KEY] == kid:
+            return True
+        e = ent[e, E_BNEXT]
+    return False
+
+
+def _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on):
+    """Strip every key of block ``b``: primary first, then secondaries in insertion order.
+
+    One ``EV_REMOVED`` record per key when ``events_on``. A key left without blocks leaves the
+    table; its row is freed now, or marked pending when an event must still read its bytes.
+    """
+    e = blk[b, FIRST]
+    while e != -1:
+        nxt = ent[e, E_BNEXT]
+        kid = ent[e, E_KEY]
+        _unlink_from_key(ent, keys, e)
+        if events_on:
+            _emit(events, meta, EV_REMOVED, kid)
+        if keys[kid, K_HEAD] == -1:
+            _table_delete(keys, table, kid)
+            if events_on:
+                keys[kid, K_HEAD] = KEY_PENDING_ROW
+            else:
+                _free_key_row(keys, meta, kid)
+        ent[e, E_BLOCK] = -1
+        ent[e, E_BNEXT] = meta[M_ENT_FREE]
+        meta[M_ENT_FREE] = e
+        meta[M_ENT_USED] -= 1
+        e = nxt
+    blk[b, FIRST] = -1
+    blk64[b, TOKENS] = 0
+
+
+def _room_for(ent, keys, key_bytes, table, meta, events, new_pairs, max_len, events_on):
+    """Whether ``new_pairs`` more entries/keys (of at most ``max_len`` hash bytes) fit."""
+    mask = table.shape[0] - 1
+    if table.shape[0] < 2 or (table.shape[0] & mask) != 0:
+        return False
+    if ent.shape[0] - meta[M_ENT_USED] < new_pairs or keys.shape[0] - meta[M_KEY_USED] < new_pairs:
+        return False
+    if 2 * (meta[M_KEY_USED] + new_pairs) > table.shape[0]:
+        return False
+    if max_len + 4 > key_bytes.shape[1]:
+        return False
+    # Every removal in one call removes a live entry; at most one stored record follows.
+    if events_on and events.shape[0] - meta[M_EV_LEN] < meta[M_ENT_USED] + 1:
+        return False
+    return True
+
+
+def release_removed_keys(keys, meta, events):
+    """Free the key rows that the last call's removal records kept pending; clear the records.
+
+    keys int64 [K, KEY_COLS], meta int64 [META_SIZE], events int64 [R, EV_COLS].
+    """
+    for r in range(meta[M_EV_LEN]):
+        if events[r, EV_KIND] == EV_REMOVED:
+            kid = events[r, EV_PAYLOAD]
+            if keys[kid, K_HEAD] == KEY_PENDING_ROW:
+                _free_key_row(keys, meta, kid)
+    meta[M_EV_LEN] = 0
+    return OK
+
+
+def rehash(keys, table, meta):
+    """Insert every live key row into ``table`` (new, all -1, power-of-two size > 2 * keys).
+
+    keys int64 [K, KEY_COLS], table int32 [T], meta int64 [META_SIZE].
+    """
+    mask = table.shape[0] - 1
+    if table.shape[0] < 2 * meta[M_KEY_USED] or (table.shape[0] & mask) != 0:
+        return ERR_CAPACITY
+    for kid in range(meta[M_KEY_HIGH]):
+        if keys[kid, K_HEAD] >= 0:
+            i = keys[kid, K_HASH] & mask
+            while table[i] != -1:
+                i = (i + 1) & mask
+            table[i] = kid
+    return OK
+
+
+# ===============================================================================================
+# Pool operations (BEHAVIOUR.md §6; error order of kvpool.spec.preconditions)
+# ===============================================================================================
+
+
+def get_new_blocks_unkeyed(blk, meta, out, n):
+    """Pop ``n`` blocks when none of them has a key and no watcher is pending (the lean path).
+
+    blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE], out int64 [>= n] (receives the ids).
+    Returns the first id popped (0 when n == 0) on success, so that a one-block allocation
+    needs no array read; otherwise ``-code``: ERR_ARGUMENT (n < 0), ERR_NO_FREE, or NEED_FULL
+    (a popped block would need eviction, or a watcher exists: nothing changed, call
+    :func:`get_new_blocks`).
+    """
+    if n < 0:
+        return -ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return -ERR_NO_FREE
+    if n > out.shape[0]:
+        return -ERR_CAPACITY
+    if meta[M_NUM_WATCHERS] > 0:
+        return -NEED_FULL
+    head = blk.shape[0] - 2
+    b = blk[head, NEXT]
+    for i in range(n):  # read-only pass: the ids, and whether any needs eviction
+        if blk[b, FIRST] != -1:
+            return -NEED_FULL
+        out[i] = b
+        b = blk[b, NEXT]
+    blk[head, NEXT] = b
+    blk[b, PREV] = head
+    for i in range(n):
+        popped = out[i]
+        blk[popped, PREV] = -1
+        blk[popped, NEXT] = -1
+        blk[popped, REF] = 1
+    meta[M_NUM_FREE] -= n
+    return int(out[0]) if n > 0 else 0
+
+
+def get_new_blocks(blk, blk64, ent, keys, table, meta, events, out, fired, n, caching, events_on):
+    """Pop ``n`` blocks off the front; fire watchers; evict keys (caching on); ref_cnt 1.
+
+    Arrays as in the module docstring; out int64 [>= n] receives the ids in queue order,
+    fired int64 [>= min(n, watchers)] the blocks whose watcher fires, in pop order
+    (count in M_FIRED_LEN). One EV_REMOVED per evicted key when ``events_on``.
+    Preconditions: 0 <= n (else ERR_ARGUMENT); n <= free (else ERR_NO_FREE).
+    """
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    if n < 0:
+        return ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return ERR_NO_FREE
+    if n > out.shape[0] or fired.shape[0] < min(n, meta[M_NUM_WATCHERS]):
+        return ERR_CAPACITY
+    if events_on and events.shape[0] < meta[M_ENT_USED] + 1:
+        return ERR_CAPACITY
+    _pop_front(blk, blk64, ent, keys, table, meta, events, out, fired, n, caching, events_on)
+    return OK
+
+
+def _pop_front(blk, blk64, ent, keys, table, meta, events, out, fired, n, caching, events_on):
+    """Pop ``n`` (validated) blocks into ``out``: watchers fire (into ``fired``, count in
+    M_FIRED_LEN), keys are evicted when ``caching``, each block leaves with ref_cnt 1."""
+    head = blk.shape[0] - 2
+    num_fired = 0
+    for i in range(n):
+        b = blk[head, NEXT]
+        _unlink(blk, b)
+        out[i] = b
+        if blk64[b, WATCH] != 0:
+            fired[num_fired] = b
+            num_fired += 1
+            blk64[b, WATCH] = 0
+            meta[M_NUM_WATCHERS] -= 1
+        if caching:
+            _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
+        blk[b, REF] = 1
+    meta[M_NUM_FREE] -= n
+    meta[M_FIRED_LEN] = num_fired
+
+
+def touch(blk, meta, ids):
+    """One more reference per listed block; a free one leaves the queue. Null skipped.
+
+    blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE], ids int64 [m] (any values).
+    Errors: ERR_BLOCK_ID (M_ERR_INDEX = position).
+    """
+    n = blk.shape[0] - 2
+    bad = _first_bad_id(ids, n)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_BLOCK_ID
+    taken = 0  # one meta store at the end (see free_blocks on aliasing)
+    for i in range(ids.shape[0]):
+        b = ids[i]
+        if b == 0:
+            continue
+        if blk[b, REF] == 0:
+            _unlink(blk, b)
+            taken += 1
+        blk[b, REF] += 1
+    meta[M_NUM_FREE] -= taken
+    return OK
+
+
+def _release(blk, b, caching, cursor):
+    """Drop one reference of non-null ``b``; at 0 it rejoins the queue (the caller counts
+    it into M_NUM_FREE). Returns the cursor.
+
+    Unkeyed blocks (any block when caching is off) are linked after ``cursor`` — the head, or
+    the previous front block of this batch — so a batch keeps its order at the front; keyed
+    blocks go to the tail.
+    """
+    r = blk[b, REF] - 1
+    blk[b, REF] = r
+    if r == 0:
+        if caching and blk[b, FIRST] != -1:
+            _append(blk, b)
+        else:
+            _link_after(blk, cursor, b)
+            return b
+    return cursor
+
+
+def free_blocks(blk, meta, caching, dry_run, ids):
+    """Drop one reference per listed block; blocks reaching 0 rejoin the queue. Null skipped.
+
+    Unkeyed blocks (any block when caching is off) go to the front in batch order, keyed ones
+    to the tail in batch order. blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE], ids int64
+    [m] last (the state binds the rest once). Errors: ERR_BLOCK_ID, ERR_DOUBLE_FREE
+    (M_ERR_INDEX = position). ``dry_run``: only validate (multi-pool routing checks every
+    pool before any pool changes).
+    """
+    n = blk.shape[0] - 2
+    bad = _first_bad_id(ids, n)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_BLOCK_ID
+    bad = _first_over_released(blk, ids)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_DOUBLE_FREE
+    if dry_run:
+        return OK
+    cursor = n  # the head sentinel
+    # Counted locally, stored once: the compiler cannot rule out that meta and blk alias, so
+    # a meta update per block would be stored and re-read around every blk store.
+    freed = 0
+    for i in range(ids.shape[0]):
+        b = ids[i]
+        if b != 0:
+            cursor = _release(blk, b, caching, cursor)
+            if blk[b, REF] == 0:
+                freed += 1
+    meta[M_NUM_FREE] += freed
+    return OK
+
+
+def free_one(blk, meta, caching, b):
+    """:func:`free_blocks` of the batch ``[b]``, without an array (the one-block hot path)."""
+    if b < 0 or b >= blk.shape[0] - 2:
+        meta[M_ERR_INDEX] = 0
+        return ERR_BLOCK_ID
+    if b == 0:
+        return OK
+    if blk[b, REF] == 0:
+        meta[M_ERR_INDEX] = 0
+        return ERR_DOUBLE_FREE
+    _release(blk, b, caching, blk.shape[0] - 2)
+    if blk[b, REF] == 0:
+        meta[M_NUM_FREE] += 1
+    return OK
+
+
+def unpin_blocks(blk, blk64, meta, ids):
+    """Release references that stay readable until reallocation; register watchers.
+
+    A block without a watcher gets the next stamp (a watched block keeps its place); blocks
+    reaching ref 0 go to the tail in batch order. blk int32 [N+2, BLK_COLS], blk64 int64
+    [N+2, BLK64_COLS], meta int64 [META_SIZE], ids int64 [m].
+    Errors: ERR_BLOCK_ID, ERR_NULL_BLOCK, ERR_DOUBLE_FREE (M_ERR_INDEX = position).
+    """
+    n = blk.shape[0] - 2
+    bad = _first_bad_id(ids, n)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_BLOCK_ID
+    for i in range(ids.shape[0]):
+        if ids[i] == 0:
+            meta[M_ERR_INDEX] = i
+            return ERR_NULL_BLOCK
+    bad = _first_over_released(blk, ids)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_DOUBLE_FREE
+    clock = meta[M_WATCH_CLOCK]
+    watched = 0
+    freed = 0
+    for i in range(ids.shape[0]):
+        b = ids[i]
+        r = blk[b, REF] - 1
+        blk[b, REF] = r
+        if blk64[b, WATCH] == 0:
+            clock += 1
+            blk64[b, WATCH] = clock
+            watched += 1
+        if r == 0:
+            _append(blk, b)
+            freed += 1
+    meta[M_WATCH_CLOCK] = clock
+    meta[M_NUM_WATCHERS] += watched
+    meta[M_NUM_FREE] += freed
+    return OK
+
+
+def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
+    """Longest prefix of keys hit in every group; per group, the earliest block of each key.
+
+    buf uint8 [sum(lens)] holds the hashes back to back, lens int64 [q] their lengths,
+    groups int64 [g] (each in [0, 2**32)), out int64 [g, >= q]. M_RESULT = hit positions.
+    ``get_cached_block`` is the case q = 1 (hit iff M_RESULT == 1). Pure.
+    """
+    meta[M_RESULT] = 0
+    q = lens.shape[0]
+    total = 0
+    for i in range(q):
+        if lens[i] < 0:
+            return ERR_ARGUMENT
+        total += lens[i]
+    if total > buf.shape[0] or out.shape[0] < groups.shape[0] or out.shape[1] < q:
+        return ERR_ARGUMENT
+    for j in range(groups.shape[0]):
+        if groups[j] < 0 or groups[j] > 0xFFFFFFFF:
+            return ERR_ARGUMENT
+    off = 0
+    for i in range(q):
+        length = lens[i]
+        for j in range(groups.shape[0]):
+            g = groups[j]
+            kid = _find_key(keys, key_bytes, table, buf, off, length, g,
+                            _hash_key(buf, off, length, g))
+            if kid == -1:
+                return OK
+            out[j, i] = ent[keys[kid, K_HEAD], E_BLOCK]
+        off += length
+        meta[M_RESULT] = i + 1
+    return OK
+
+
+def _hash_bytes_needed(buf, lens, m):
+    """Longest of the first ``m`` hash lengths, or -1 if ``lens``/``buf`` cannot hold them."""
+    if lens.shape[0] < m:
+        return -1
+    total = 0
+    longest = 0
+    for i in range(m):
+        if lens[i] < 0:
+            return -1
+        total += lens[i]
+        longest = max(longest, lens[i])
+    if total > buf.shape[0]:
+        return -1
+    return longest
+
+
+def _cache_arguments_ok(lens, mask, m, num_cached, ratio, group, use_mask, longest):
+    """Shapes and scalars of a cache write are what the shell promised (defence in depth)."""
+    if longest < 0 or lens.shape[0] != m or (use_mask and mask.shape[0] != m):
+        return False
+    return 0 <= group <= 0xFFFFFFFF and ratio >= 1 and num_cached >= 0
+
+
+def _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask):
+    """The first failing cache_full_blocks check on the selected candidates, in spec order.
+
+    Per selected (non-null, unmasked) candidate: listed twice → ERR_DUPLICATE, ref 0 →
+    ERR_FREE_BLOCK, key covering >= its tokens → ERR_KEYED (M_ERR_INDEX = position). MARK
+    bit 2 set by the caller means "allocated by this very call": ref 1 and no key by then.
+    Sets MARK bit 1 on the blocks it passes; the caller clears MARK.
+    """
+    for i in range(cand.shape[0]):
+        b = cand[i]
+        if b == 0 or (use_mask and mask[i] == 0):
+            continue
+        mark = blk[b, MARK]
+        code = OK
+        if mark & 1:
+            code = ERR_DUPLICATE
+        elif mark & 2 == 0:
+            if blk[b, REF] == 0:
+                code = ERR_FREE_BLOCK
+            elif blk[b, FIRST] != -1 and blk64[b, TOKENS] >= (num_cached + i + 1) * ratio:
+                code = ERR_KEYED
+        if code != OK:
+            meta[M_ERR_INDEX] = i
+            return code
+        blk[b, MARK] = mark | 1
+    return OK
+
+
+def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
+                      lens, num_cached, ratio, group, use_mask, events_on):
+    """Key every selected candidate (validated): promotion removals, then the new primary."""
+    off = 0
+    for i in range(cand.shape[0]):
+        b = cand[i]
+        length = lens[i]
+        if b != 0 and not (use_mask and mask[i] == 0):
+            if blk[b, FIRST] != -1:
+                _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
+            h = _hash_key(buf, off, length, group)
+            kid = _find_key(keys, key_bytes, table, buf, off, length, group, h)
+            if kid == -1:
+                kid = _new_key(keys, key_bytes, table, meta, buf, off, length, group, h)
+            _add_entry(blk, blk64, ent, keys, meta, kid, b, (num_cached + i + 1) * ratio)
+        off += length
+    if events_on:
+        _emit(events, meta, EV_STORED, cand.shape[0])
+
+
+def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
+                      lens, num_cached, ratio, group, use_mask, events_on):
+    """Key candidates ``cand[i]`` (table position ``num_cached + i``) with hash i of ``buf``.
+
+    Null and masked-out candidates are skipped; a keyed candidate is promoted (its keys go
+    first, EV_REMOVED each); the new key becomes its primary covering ``(position+1)·ratio``
+    hbs-units (ratio = block_size / hbs). One EV_STORED closes the call when ``events_on``.
+    cand int64 [m], mask uint8 [m] (read iff ``use_mask``), buf uint8 [sum(lens)] the hashes
+    back to back, lens int64 [m], group in [0, 2**32). Errors in the spec's order:
+    ERR_BLOCK_ID, then those of :func:`_check_candidates`.
+    """
+    meta[M_EV_LEN] = 0
+    n = blk.shape[0] - 2
+    m = cand.shape[0]
+    bad = _first_bad_id(cand, n)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_BLOCK_ID
+    longest = _hash_bytes_needed(buf, lens, m)
+    if not _cache_arguments_ok(lens, mask, m, num_cached, ratio, group, use_mask, longest):
+        return ERR_ARGUMENT
+    code = _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask)
+    for i in range(m):
+        blk[cand[i], MARK] = 0
+    if code != OK:
+        return code
+    if not _room_for(ent, keys, key_bytes, table, meta, events, m, longest, events_on):
+        return ERR_CAPACITY
+    _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
+                      lens, num_cached, ratio, group, use_mask, events_on)
+    return OK
+
+
+def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, out, cand,
+                       num_old, first_new, mask, buf, lens, n, num_cached, ratio, group,
+                       use_mask, events_on, dry_run):
+    """:func:`get_new_blocks` (caching on) then :func:`cache_full_blocks`, validated as one.
+
+    cand int64 [m]: the candidates ``table[num_cached:num_full]`` of the table
+    ``old blocks ‖ new blocks``; ``cand[:num_old]`` come from the caller, the rest are filled
+    here with ``out[first_new:]`` (the blocks this call allocates). The cache step is checked
+    against the state the allocation will leave (allocated blocks: ref 1, no key), so an error
+    changes nothing. No watcher may be pending (else NEED_FULL) unless ``dry_run``: then
+    the call only validates, and the caller runs the two verbs itself (watchers and metrics
+    must fire between them). out int64 [>= n] receives the new ids. Errors: ERR_ARGUMENT,
+    ERR_NO_FREE, then those of :func:`cache_full_blocks` (M_ERR_INDEX = position in cand).
+    """
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    num_blocks = blk.shape[0] - 2
+    m = cand.shape[0]
+    if n < 0:
+        return ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return ERR_NO_FREE
+    if n > out.shape[0] or num_old < 0 or num_old > m or first_new < 0:
+        return ERR_CAPACITY
+    if first_new + (m - num_old) > n:
+        return ERR_ARGUMENT
+    if meta[M_NUM_WATCHERS] > 0 and not dry_run:
+        return NEED_FULL
+    for i in range(num_old):
+        if cand[i] < 0 or cand[i] >= num_blocks:
+            meta[M_ERR_INDEX] = i
+            return ERR_BLOCK_ID
+    longest = _hash_bytes_needed(buf, lens, m)
+    if not _cache_arguments_ok(lens, mask, m, num_cached, ratio, group, use_mask, longest):
+        return ERR_ARGUMENT
+    head = num_blocks
+    b = blk[head, NEXT]
+    for i in range(n):  # peek at the blocks the allocation will pop
+        out[i] = b
+        blk[b, MARK] = 2
+        b = blk[b, NEXT]
+    for i in range(num_old, m):
+        cand[i] = out[first_new + i - num_old]
+    code = _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask)
+    for i in range(m):
+        blk[cand[i], MARK] = 0
+    for i in range(n):
+        blk[out[i], MARK] = 0
+    if code != OK:
+        return code
+    if not _room_for(ent, keys, key_bytes, table, meta, events, m, longest, events_on):
+        return ERR_CAPACITY
+    if dry_run:
+        return OK
+    # No watcher is pending (checked above), so the fired buffer stays empty.
+    _pop_front(blk, blk64, ent, keys, table, meta, events, out, out[:0], n, True, events_on)
+    _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
+                      lens, num_cached, ratio, group, use_mask, events_on)
+    return OK
+
+
+def cache_partial_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b, buf, units,
+                        group, replace, events_on):
+    """Register the entry ``buf ‖ group`` covering ``units`` hbs-units, ending inside ``b``.
+
+    The entry "grows": a shorter primary (or any key, with ``replace``) is removed first
+    (EV_REMOVED each); the key then becomes the primary, or a secondary when a longer primary
+    stays. One EV_PARTIAL when the pair is new. M_RESULT = 1 iff it was new. b is a valid
+    non-null id (checked by the shell), buf uint8 [L] the hash, units >= 1.
+    Errors: ERR_FREE_BLOCK (ref_cnt 0).
+    """
+    meta[M_EV_LEN] = 0
+    meta[M_RESULT] = 0
+    n = blk.shape[0] - 2
+    if b <= 0 or b >= n or units < 1 or group < 0 or group > 0xFFFFFFFF:
+        return ERR_ARGUMENT
+    if blk[b, REF] == 0:
+        return ERR_FREE_BLOCK
+    length = buf.shape[0]
+    if not _room_for(ent, keys, key_bytes, table, meta, events, 1, length, events_on):
+        return ERR_CAPACITY
+    h = _hash_key(buf, 0, length, group)
+    kid = _find_key(keys, key_bytes, table, buf, 0, length, group, h)
+    already = kid != -1 and _block_has_key(blk, ent, b, kid)
+    grows = not already and blk[b, FIRST] != -1 and blk64[b, TOKENS] < units
+    if replace or grows:
+        _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
+        already = False
+        kid = _find_key(keys, key_bytes, table, buf, 0, length, group, h)
+    if not already:
+        if kid == -1:
+            kid = _new_key(keys, key_bytes, table, meta, buf, 0, length, group, h)
+        _add_entry(blk, blk64, ent, keys, meta, kid, b, units)
+        if events_on:
+            _emit(events, meta, EV_PARTIAL, b)
+        meta[M_RESULT] = 1
+    return OK
+
+
+def move_block_hashes(blk, blk64, ent, keys, meta, src, dst):
+    """Hand every key of ``src`` to ``dst``, in order; ``dst`` becomes the newest duplicate.
+
+    Entries are relabelled and moved to the tail of their key chains — the same outcome as
+    removing every pair of ``src`` and inserting it for ``dst``. No events. src, dst: valid,
+    distinct, non-null ids (checked by the shell). Errors: ERR_DST_KEYED, ERR_FREE_BLOCK
+    (M_ERR_INDEX 0 = src, 1 = dst).
+    """
+    n = blk.shape[0] - 2
+    if src <= 0 or src >= n or dst <= 0 or dst >= n or src == dst:
+        return ERR_ARGUMENT
+    if blk[dst, FIRST] != -1:
+        return ERR_DST_KEYED
+    if blk[src, REF] == 0:
+        meta[M_ERR_INDEX] = 0
+        return ERR_FREE_BLOCK
+    if blk[dst, REF] == 0:
+        meta[M_ERR_INDEX] = 1
+        return ERR_FREE_BLOCK
+    e = blk[src, FIRST]
+    blk[dst, FIRST] = e
+    blk64[dst, TOKENS] = blk64[src, TOKENS]
+    blk[src, FIRST] = -1
+    blk64[src, TOKENS] = 0
+    while e != -1:
+        kid = ent[e, E_KEY]
+        _unlink_from_key(ent, keys, e)
+        last = keys[kid, K_TAIL]
+        ent[e, E_BLOCK] = dst
+        ent[e, E_KPREV] = last
+        ent[e, E_KNEXT] = -1
+        if last == -1:
+            keys[kid, K_HEAD] = e
+        else:
+            ent[last, E_KNEXT] = e
+        keys[kid, K_TAIL] = e
+        e = ent[e, E_BNEXT]
+    return OK
+
+
+def evict_blocks(blk, blk64, ent, keys, table, meta, events, ids, events_on):
+    """Drop every key of each listed block (EV_REMOVED each); refs, queue, watchers untouched.
+
+    ids int64 [m]. Errors: ERR_BLOCK_ID (M_ERR_INDEX = position).
+    """
+    meta[M_EV_LEN] = 0
+    n = blk.shape[0] - 2
+    bad = _first_bad_id(ids, n)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_BLOCK_ID
+    if events_on and events.shape[0] < meta[M_ENT_USED] + 1:
+        return ERR_CAPACITY
+    for i in range(ids.shape[0]):
+        _remove_all_keys(blk, blk64, ent, keys, table, meta, events, ids[i], events_on)
+    return OK
+
+
+def reset_prefix_cache(blk, blk64, ent, keys, table, meta, events, fired, events_on):
+    """Forget every key and fire every watcher, if nothing but the null block is held.
+
+    M_RESULT = 0 (blocks held: nothing changes) or 1. fired int64 [>= watchers] receives the
+    watched blocks in watcher-table (stamp) order, count in M_FIRED_LEN; one EV_CLEARED.
+    Queue order is kept. O(N + entries).
+    """
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    meta[M_RESULT] = 0
+    n = blk.shape[0] - 2
+    if n - meta[M_NUM_FREE] != 1:
+        return OK
+    if fired.shape[0] < meta[M_NUM_WATCHERS] or (events_on and events.shape[0] < 1):
+        return ERR_CAPACITY
+    for e in range(meta[M_ENT_HIGH]):
+        b = ent[e, E_BLOCK]
+        if b >= 0:
+            blk[b, FIRST] = -1
+            blk64[b, TOKENS] = 0
+    for i in range(table.shape[0]):
+        table[i] = -1
+    meta[M_ENT_USED] = 0
+    meta[M_ENT_FREE] = -1
+    meta[M_ENT_HIGH] = 0
+    meta[M_KEY_USED] = 0
+    meta[M_KEY_FREE] = -1
+    meta[M_KEY_HIGH] = 0
+    count = meta[M_NUM_WATCHERS]
+    stamps = np.empty(count, dtype=np.int64)
+    watched = np.empty(count, dtype=np.int64)
+    w = 0
+    for b in range(1, n):
+        if blk64[b, WATCH] != 0 and w < count:
+            stamps[w] = blk64[b, WATCH]
+            watched[w] = b
+            w += 1
+            blk64[b, WATCH] = 0
+    order = np.argsort(stamps[:w])
+    for i in range(w):
+        fired[i] = watched[order[i]]
+    meta[M_NUM_WATCHERS] = 0
+    meta[M_FIRED_LEN] = w
+    if events_on:
+        _emit(events, meta, EV_CLEARED, 0)
+    meta[M_RESULT] = 1
+    return OK
+
+
+def block_is_writable(blk, b):
+    """Not null, ref_cnt 1, no key. b must be a valid id (the shell checks)."""
+    if b <= 0 or b >= blk.shape[0] - 2:
+        return False
+    return bool(blk[b, REF] == 1 and blk[b, FIRST] == -1)
+
+
+def queue_order(blk, out):
+    """Write the queued blocks front to back into out int64 [>= free count]; returns count."""
+    head = blk.shape[0] - 2
+    tail = head + 1
+    b = blk[head, NEXT]
+    i = 0
+    while b != tail and i < out.shape[0]:
+        out[i] = b
+        i += 1
+        b = blk[b, NEXT]
+    return i

@@ -1,0 +1,637 @@
+"""``FastBlockPool``: the Numba array backend behind the shared public pool API.
+
+Contract: observably identical to :class:`kvpool.spec.pool.SpecPool` — results, error types
+and messages (checked in the order of :mod:`kvpool.spec.preconditions`), queue order, events
+and their sequence numbers, watcher order — only faster. The class converts arguments to
+arrays, runs :class:`~kvpool.fast.state.FastState` operations and turns codes into typed
+errors and event records into :mod:`kvpool.spec.records`. Bookkeeping lives in the arrays only.
+
+Hot paths skip the generic shell where it costs most (``get_new_blocks``, ``free_blocks``,
+``touch``, ``cache_full_blocks``, ``get_num_free_blocks``): plain int lists and numpy int
+arrays go straight to a kernel; a metrics collector, a reuse watcher, a :class:`BlockRef` or
+any unusual argument falls back to the generic path, so behaviour never depends on the path.
+Beyond the protocol:
+
+* :meth:`FastBlockPool.get_new_blocks_array` — the ids as a fresh int64 array (pass it back to
+  ``free_blocks``/``touch``: no Python list on either side);
+* :meth:`FastBlockPool.find_longest_cache_hit` and :meth:`FastBlockPool.allocate_and_cache` —
+  a request's lookup, or its allocation + caching, in one kernel call; their definitions (and
+  generic versions for any pool) are in :mod:`kvpool.batch`;
+* :meth:`FastBlockPool.check_invariants`, :meth:`FastBlockPool.memory_bytes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvpool import batch
+from kvpool.errors import (
+    CachingDisabled,
+    DoubleFree,
+    HashStateError,
+    InvalidArgument,
+    InvalidBlockId,
+    KvPoolError,
+    NoFreeBlocks,
+    NullBlockMisuse,
+)
+from kvpool.fast import kernels as k
+from kvpool.fast.convert import hash_buffer, uniform_lens
+from kvpool.fast.state import FastState
+from kvpool.keys import MAX_GROUP_ID, pack_key
+from kvpool.shell import PoolConfig, PoolShell, as_mask
+from kvpool.spec import preconditions as pre
+from kvpool.spec.records import (
+    ClearedRecord,
+    EventRecord,
+    PartialStoredRecord,
+    RemovedRecord,
+    StoredRecord,
+)
+from kvpool.spec.state import NULL_BLOCK_ID, PoolState
+
+_INT_ONLY = {int}
+_INT64 = np.dtype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Dims:
+    """The two numbers the spec's argument checks read from a state."""
+
+    num_blocks: int
+    hash_block_size: int
+
+
+class FastBlockPool(PoolShell):
+    """The fast backend (see module docstring). ``jit=False`` runs the same kernels as plain
+    Python (slow; for tests and debugging)."""
+
+    backend_name = "fast"
+
+    def __init__(self, num_gpu_blocks: int, *args: Any, jit: bool = True, _guard: int = 0,
+                 _initial_rows: int = 64, **kwargs: Any) -> None:
+        # _guard and _initial_rows are testing aids (see FastState).
+        self._jit = bool(jit)
+        self._guard = _guard
+        self._initial_rows = _initial_rows
+        super().__init__(num_gpu_blocks, *args, **kwargs)
+
+    def _core_init(self, config: PoolConfig) -> None:
+        self._st = st = FastState(
+            config.num_gpu_blocks,
+            enable_caching=config.enable_caching,
+            enable_events=config.enable_kv_cache_events,
+            jit=self._jit,
+            guard=self._guard,
+            initial_rows=self._initial_rows,
+        )
+        self._dims = _Dims(config.num_gpu_blocks, config.hash_block_size)
+        self._out = st.out
+        self._meta = st.meta
+        self._pop_unkeyed = st.pop_unkeyed
+        self._free_one = st.free_one
+        self._free_ids = st.free
+        self._cand1 = np.zeros(1, np.int64)
+        self._lookup_scratch: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    # -- argument conversion ------------------------------------------------------------------
+
+    def _fast_ids(self, blocks: object) -> np.ndarray | None:
+        """``blocks`` as an int64 id array, or ``None`` when the generic shell must convert."""
+        tp = type(blocks)
+        if tp is np.ndarray:
+            if blocks.ndim != 1 or blocks.dtype.kind not in "iu":  # type: ignore[union-attr]
+                return None  # the shell raises its InvalidBlockId
+            return np.ascontiguousarray(blocks, dtype=np.int64)
+        if tp is list or tp is tuple:
+            if not blocks:
+                return self._st.no_ids
+            # Exactly ints: bools, floats, numpy scalars and BlockRefs take the shell's path.
+            if set(map(type, blocks)) != _INT_ONLY:  # type: ignore[arg-type]
+                return None
+            try:
+                return np.fromiter(blocks, np.int64, len(blocks))  # type: ignore[arg-type]
+            except OverflowError:
+                return None
+        return None
+
+    def _ids(self, values: tuple[int, ...]) -> np.ndarray:
+        """Shell-converted ids (Python ints) as an array; ints beyond int64 are out of range."""
+        try:
+            return np.array(values, dtype=np.int64).reshape(-1)
+        except OverflowError:
+            raise self._first_bad_id(values) from None
+
+    def _first_bad_id(self, values: Sequence[int]) -> InvalidBlockId:
+        """The error for the first value outside ``[0, N)`` (some value did not fit int64)."""
+        return self._bad_id(next(v for v in values if not 0 <= v < self.num_gpu_blocks))
+
+    def _bad_id(self, b: object) -> InvalidBlockId:
+        return InvalidBlockId(f"block id {b} is out of range [0, {self.num_gpu_blocks})")
+
+    def _id_error(self, code: int, source: Any, ids: np.ndarray) -> KvPoolError:
+        """The typed error for a refused id batch (``source``: the caller's values)."""
+        i = self._st.err_index()
+        b = int(source[i])
+        if code == k.ERR_BLOCK_ID:
+            return self._bad_id(b)
+        if code == k.ERR_NULL_BLOCK:
+            return NullBlockMisuse("unpin_blocks got the null block (id 0)")
+        if code == k.ERR_DOUBLE_FREE:
+            count = int(np.count_nonzero(ids == b))
+            return DoubleFree(
+                f"block {b} is released {count} time(s) but has ref_cnt {self._st.ref_cnt(b)}"
+            )
+        return self._internal(code)
+
+    @staticmethod
+    def _internal(code: int) -> RuntimeError:
+        # Not a KvPoolError on purpose: a code the shell does not expect is a kvpool bug.
+        return RuntimeError(f"fast pool kernel refused with unexpected code {code}")
+
+    def _records(self, stored: Any = None, partial: Any = None) -> tuple[EventRecord, ...]:
+        out: list[EventRecord] = []
+        for kind, _payload, seq, key in self._st.drain_events():
+            if kind == k.EV_REMOVED:
+                out.append(RemovedRecord(seq, key))
+            elif kind == k.EV_STORED:
+                out.append(stored(seq))
+            elif kind == k.EV_PARTIAL:
+                out.append(partial(seq))
+            else:
+                out.append(ClearedRecord(seq))
+        return tuple(out)
+
+    # -- lean public paths ----------------------------------------------------------------
+
+    def get_new_blocks(self, num_blocks: int) -> list[int]:
+        """Pop ``num_blocks`` free blocks (front first), evicting their old keys. O(n)."""
+        if type(num_blocks) is int and self.metrics_collector is None:
+            try:
+                first = self._pop_unkeyed(num_blocks)
+            except OverflowError:  # beyond int64: the generic path reports it
+                return super().get_new_blocks(num_blocks)
+            if first > 0 and num_blocks == 1:
+                return [first]
+            if first >= 0:
+                return self._out[:num_blocks].tolist()
+            if first == -k.ERR_NO_FREE:
+                raise NoFreeBlocks(f"Cannot get {num_blocks} free blocks from the pool")
+            if first == -k.NEED_FULL and not self._st.num_watchers():
+                # Evictions but no watcher: the full kernel, no callbacks to run.
+                code, _ = self._st.get_new_blocks(num_blocks)
+                if code:
+                    raise self._internal(code)
+                if self.enable_kv_cache_events:
+                    self._events.record(self._records())
+                return self._out[:num_blocks].tolist()
+        return super().get_new_blocks(num_blocks)
+
+    def get_new_blocks_array(self, num_blocks: int) -> np.ndarray:
+        """:meth:`get_new_blocks` returning a fresh int64 array (pass it to ``free_blocks``)."""
+        if (type(num_blocks) is int and 0 <= num_blocks <= self.num_gpu_blocks
+                and self.metrics_collector is None):
+            ids = np.empty(num_blocks, np.int64)  # the kernel writes the result in place
+            first = self._st.pop_unkeyed_into(ids, num_blocks)
+            if first >= 0:
+                return ids
+            if first == -k.ERR_NO_FREE:
+                raise NoFreeBlocks(f"Cannot get {num_blocks} free blocks from the pool")
+        return np.array(self.get_new_blocks(num_blocks), dtype=np.int64)
+
+    def free_blocks(self, ordered_blocks: Iterable[object]) -> None:
+        """Release one reference per block, first = evict first; see the spec. O(len)."""
+        if type(ordered_blocks) is np.ndarray and ordered_blocks.dtype is _INT64:
+            if ordered_blocks.ndim == 1:  # int64, any layout: the kernel reads it contiguous
+                ids = np.ascontiguousarray(ordered_blocks)
+                code = self._free_ids(ids)
+                if code:
+                    raise self._id_error(code, ids, ids)
+                return None
+        if type(ordered_blocks) is list and len(ordered_blocks) == 1:  # type: ignore[arg-type]
+            b = ordered_blocks[0]  # type: ignore[index]
+            if type(b) is int:
+                try:
+                    code = self._free_one(b)
+                except OverflowError:  # beyond int64
+                    code = k.ERR_BLOCK_ID
+                if code:
+                    raise self._bad_id(b) if code == k.ERR_BLOCK_ID else DoubleFree(
+                        f"block {b} is released 1 time(s) but has ref_cnt 0"
+                    )
+                return None
+        ids = self._fast_ids(ordered_blocks)
+        if ids is None:
+            return super().free_blocks(ordered_blocks)
+        code = self._free_ids(ids)
+        if code:
+            raise self._id_error(code, ordered_blocks, ids)
+        return None
+
+    def touch(self, blocks: Iterable[object]) -> None:
+        """Take a reference on each block (prefix hit); free ones leave the queue. O(len)."""
+        ids = self._fast_ids(blocks) if self.metrics_collector is None else None
+        if ids is None:
+            return super().touch(blocks)
+        code = self._st.touch(ids)
+        if code:
+            raise self._id_error(code, blocks, ids)
+        return None
+
+    def cache_full_blocks(self, request: Any, blocks: Iterable[object], num_cached_blocks: int,
+                          num_full_blocks: int, block_size: int, kv_cache_group_id: int,
+                          block_mask: Sequence[object] | None = None) -> None:
+        """Key the blocks at positions ``[num_cached_blocks, num_full_blocks)``; see the spec.
+
+        Lean path for the common call (a list of ints, plain int arguments that pass every
+        argument check, ``block_size == hash_block_size``, no mask); anything else goes
+        through the shell, whose checks then raise in the spec's order. O(len(blocks)) for
+        the type check of the table, O(candidates) otherwise.
+        """
+        hashes = request.block_hashes
+        num_cached, num_full = num_cached_blocks, num_full_blocks
+        if (block_mask is None and type(blocks) is list and type(hashes) is list
+                and type(num_cached) is int and type(num_full) is int
+                and type(kv_cache_group_id) is int and self.enable_caching
+                and block_size == self.hash_block_size and type(block_size) is int
+                and 0 <= num_cached < num_full <= len(blocks) and num_full <= len(hashes)
+                and 0 <= kv_cache_group_id <= MAX_GROUP_ID
+                and set(map(type, blocks)) == _INT_ONLY):
+            values = blocks[num_cached:num_full]
+            selected = hashes[num_cached:num_full]
+            if len(values) == 1 and type(selected[0]) is bytes:
+                h = selected[0]
+                buf, lens, max_len = (np.frombuffer(h, np.uint8), uniform_lens(1, len(h)),
+                                      len(h))
+            else:
+                buf, lens, max_len = hash_buffer(selected)
+            if len(values) == 1 and -(2**63) <= values[0] < 2**63:
+                cand = self._cand1  # one block fills per decode step: skip building an array
+                cand[0] = values[0]
+            else:
+                try:
+                    cand = np.array(values, dtype=np.int64)
+                except OverflowError:
+                    raise self._first_bad_id(values) from None
+            code = self._st.cache_full(cand, None, buf, lens, num_cached, 1, kv_cache_group_id,
+                                       max_len)
+            if code:
+                raise self._candidate_error(code, values, num_cached, block_size)
+            if self.enable_kv_cache_events:
+                self._events.record(
+                    self._records(stored=self._stored(selected, values, None, num_cached,
+                                                      num_full, block_size, kv_cache_group_id)),
+                    request,
+                )
+            return None
+        return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
+                                         block_size, kv_cache_group_id, block_mask)
+
+    def get_num_free_blocks(self) -> int:
+        """Free blocks, cached candidates and unpinned blocks included. O(1)."""
+        return self._meta.item(k.M_NUM_FREE)
+
+    # -- core: allocation and release -----------------------------------------------------
+
+    def _core_get_new_blocks(self, n: int):
+        if not pre.is_count(n):
+            raise InvalidArgument(f"num_blocks must be a non-negative int, got {n!r}")
+        if n > self._st.num_free():
+            raise NoFreeBlocks(f"Cannot get {n} free blocks from the pool")
+        code, fired = self._st.get_new_blocks(n)
+        if code:
+            raise self._internal(code)
+        return self._out[:n].tolist(), self._records(), self._st.fired(fired)
+
+    def _core_touch(self, ids: tuple[int, ...]) -> None:
+        arr = self._ids(ids)
+        code = self._st.touch(arr)
+        if code:
+            raise self._id_error(code, ids, arr)
+
+    def _core_check_free(self, ids: tuple[int, ...]) -> KvPoolError | None:
+        try:
+            arr = self._ids(ids)
+        except KvPoolError as error:
+            return error
+        code = self._st.check_free(arr)
+        return self._id_error(code, ids, arr) if code else None
+
+    def _core_free(self, ids: tuple[int, ...]) -> None:
+        arr = self._ids(ids)
+        code = self._st.free(arr)
+        if code:
+            raise self._id_error(code, ids, arr)
+
+    def _core_unpin(self, ids: tuple[int, ...]) -> None:
+        arr = self._ids(ids)
+        code = self._st.unpin(arr)
+        if code:
+            raise self._id_error(code, ids, arr)
+
+    # -- core: the prefix cache -------------------------------------------------------------
+
+    def _check_lookup_arguments(self, block_hash_ok: bool, what: object,
+                                group_ids: Sequence[object]) -> None:
+        if not block_hash_ok:
+            raise InvalidArgument(f"block_hash must be bytes, got {type(what).__name__}")
+        if not group_ids:
+            raise InvalidArgument("get_cached_block needs at least one group id")
+        for g in group_ids:
+            error = pre.bad_group_id(g)
+            if error:
+                raise error
+
+    def _lookup_arrays(self, group_ids: tuple[int, ...], width: int):
+        """``(group ids, output)`` arrays for a lookup of ``width`` hashes; kept per group
+        tuple and grown as needed (the output may be wider than asked)."""
+        arrays = self._lookup_scratch.get(group_ids)
+        if arrays is None or arrays[1].shape[1] < width:
+            wide = max(width, 1, 0 if arrays is None else 2 * arrays[1].shape[1])
+            arrays = (np.array(group_ids, np.int64), np.empty((len(group_ids), wide), np.int64))
+            if len(self._lookup_scratch) < 64:  # bounded: group tuples are few in practice
+                self._lookup_scratch[group_ids] = arrays
+        return arrays
+
+    def _core_get_cached_block(self, block_hash: bytes, group_ids: tuple[int, ...]):
+        self._check_lookup_arguments(isinstance(block_hash, bytes), block_hash, group_ids)
+        groups, out = self._lookup_arrays(group_ids, 1)
+        lens = uniform_lens(1, len(block_hash))
+        code = self._st.lookup(np.frombuffer(block_hash, np.uint8), lens, groups, out)
+        if code:
+            raise self._internal(code)
+        if self._st.result() != 1:
+            return None
+        return tuple(out[:, 0].tolist())
+
+    def _cache_arguments(self, hashes, table_len, num_cached, num_full, block_size, group_id,
+                         mask) -> int:
+        """The state-free checks of a cache write; the ratio bs/hbs, or 0 for a no-op."""
+        hbs = self.hash_block_size
+        if (type(num_cached) is int and type(num_full) is int and type(block_size) is int
+                and type(group_id) is int and self.enable_caching
+                and 0 <= num_cached < num_full <= table_len and 0 <= group_id <= MAX_GROUP_ID
+                and block_size > 0 and block_size % hbs == 0
+                and (mask is None or len(mask) == num_full - num_cached)
+                and len(hashes) // (block_size // hbs) >= num_full):
+            return block_size // hbs  # every check passes: skip building the errors
+        error = batch.cache_arguments_rejection(
+            self.enable_caching, hbs, len(hashes), table_len, num_cached, num_full, block_size,
+            group_id, mask,
+        )
+        if error:
+            raise error
+        return block_size // hbs if num_cached < num_full else 0
+
+    def _candidate_error(self, code: int, cand: Sequence[int], num_cached: int,
+                         block_size: int) -> KvPoolError:
+        i = self._st.err_index()
+        b = int(cand[i])
+        if code == k.ERR_BLOCK_ID:
+            return self._bad_id(b)
+        if code == k.ERR_DUPLICATE:
+            return InvalidArgument(f"block {b} appears twice among the blocks to cache")
+        if code == k.ERR_FREE_BLOCK:
+            return HashStateError(f"cannot cache free block {b} (ref_cnt 0)")
+        if code == k.ERR_KEYED:
+            tokens = self._st.primary_units()[b] * self.hash_block_size
+            pos = num_cached + i
+            return HashStateError(
+                f"block {b} already carries a key covering {tokens} tokens "
+                f"(caching it at position {pos} would cover {(pos + 1) * block_size})"
+            )
+        return self._internal(code)
+
+    def _stored(self, hashes, cand, mask, num_cached, num_full, block_size, group_id):
+        """A factory of the call's ``StoredRecord`` (built only when events are on)."""
+
+        def make(seq: int) -> StoredRecord:
+            offsets = [
+                i for i, b in enumerate(cand) if b != NULL_BLOCK_ID and (mask is None or mask[i])
+            ]
+            return StoredRecord(seq, group_id, block_size, num_cached, num_full,
+                                tuple(num_cached + i for i in offsets),
+                                tuple(hashes[i] for i in offsets))
+
+        return make
+
+    def _core_cache_full_blocks(self, hashes, ids, num_cached, num_full, block_size, group_id,
+                                mask):
+        if not isinstance(hashes, (list, tuple)):
+            hashes = tuple(hashes)
+        ratio = self._cache_arguments(hashes, len(ids), num_cached, num_full, block_size,
+                                      group_id, mask)
+        if not ratio:
+            return ()
+        cand_values = ids[num_cached:num_full]
+        try:
+            cand = np.array(cand_values, dtype=np.int64).reshape(-1)
+        except OverflowError:
+            raise self._first_bad_id(cand_values) from None
+        selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
+        buf, lens, max_len = hash_buffer(selected)
+        mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
+        code = self._st.cache_full(cand, mask_arr, buf, lens, num_cached, ratio, group_id,
+                                   max_len)
+        if code:
+            raise self._candidate_error(code, cand_values, num_cached, block_size)
+        return self._records(
+            stored=self._stored(selected, cand_values, mask, num_cached, num_full, block_size,
+                                group_id)
+        )
+
+    def _core_cache_partial_block(self, hashes, block_id, num_tokens, group_id, block_size,
+                                  replace_existing):
+        if not self.enable_caching:
+            raise CachingDisabled("cache_partial_block on a pool with caching disabled")
+        if not 0 <= block_id < self.num_gpu_blocks:
+            raise self._bad_id(block_id)
+        if block_id == NULL_BLOCK_ID:
+            return None, ()
+        error = pre.bad_group_id(group_id) or pre.bad_block_size(self._dims, block_size)  # type: ignore[arg-type]
+        if error:
+            raise error
+        hbs = self.hash_block_size
+        if not pre.is_count(num_tokens) or num_tokens % hbs != 0:
+            raise InvalidArgument(f"num_tokens {num_tokens!r} is not a multiple of hbs {hbs}")
+        if not 0 < num_tokens // hbs <= len(hashes):
+            raise InvalidArgument(
+                f"num_tokens {num_tokens} needs {num_tokens // hbs} block hashes; "
+                f"the request has {len(hashes)}"
+            )
+        block_hash = hashes[num_tokens // hbs - 1]
+        key = pack_key(block_hash, group_id)
+        buf = np.frombuffer(key[: len(key) - 4], np.uint8)
+        code = self._st.cache_partial(block_id, buf, num_tokens // hbs, group_id,
+                                      bool(replace_existing))
+        if code == k.ERR_FREE_BLOCK:
+            raise HashStateError(f"cannot cache free block {block_id} (ref_cnt 0)")
+        if code:
+            raise self._internal(code)
+        records = self._records(
+            partial=lambda seq: PartialStoredRecord(seq, group_id, num_tokens, block_hash)
+        )
+        return key, records
+
+    def _core_move_block_hashes(self, src: int, dst: int) -> None:
+        if not self.enable_caching:
+            raise CachingDisabled("move_block_hashes on a pool with caching disabled")
+        for b in (src, dst):
+            if not 0 <= b < self.num_gpu_blocks:
+                raise self._bad_id(b)
+        if NULL_BLOCK_ID in (src, dst):
+            raise NullBlockMisuse(f"move_block_hashes({src}, {dst}) involves the null block")
+        if src == dst:
+            raise InvalidArgument(f"move_block_hashes source and destination are both {src}")
+        code = self._st.move(src, dst)
+        if code == k.ERR_DST_KEYED:
+            raise HashStateError(f"destination block {dst} already has a cache key")
+        if code == k.ERR_FREE_BLOCK:
+            b = (src, dst)[self._st.err_index()]
+            raise HashStateError(f"move_block_hashes on free block {b} (ref_cnt 0)")
+        if code:
+            raise self._internal(code)
+
+    def _core_evict_blocks(self, ids: tuple[int, ...]) -> tuple[EventRecord, ...]:
+        arr = self._ids(ids)
+        code = self._st.evict(arr)
+        if code:
+            raise self._id_error(code, ids, arr)
+        return self._records()
+
+    def _core_reset_prefix_cache(self):
+        code, fired = self._st.reset()
+        if code:
+            raise self._internal(code)
+        if not self._st.result():
+            return False, (), ()
+        return True, self._records(), self._st.fired(fired)
+
+    def _core_emit_cached_block_events(self, hashes, num_cached, block_size, group_id):
+        error = pre.emit_cached_block_events_rejection(
+            self._dims, tuple(hashes), num_cached, block_size, group_id  # type: ignore[arg-type]
+        )
+        if error:
+            raise error
+        if num_cached == 0 or not self.enable_kv_cache_events:
+            return ()
+        coarse = pre.hashes_at_block_size(self._dims, tuple(hashes), block_size)  # type: ignore[arg-type]
+        record = StoredRecord(self._st.next_event_seq(), group_id, block_size, 0, num_cached,
+                              tuple(range(num_cached)), coarse[:num_cached])
+        return (record,)
+
+    def _core_is_block_writable(self, block_id: int) -> bool:
+        if not 0 <= block_id < self.num_gpu_blocks:
+            raise self._bad_id(block_id)
+        return self._st.writable(block_id)
+
+    def _core_num_free_blocks(self) -> int:
+        return self._st.num_free()
+
+    def _core_state(self) -> PoolState:
+        return self._st.to_pool_state(self.hash_block_size)
+
+    # -- introspection ---------------------------------------------------------------------
+
+    def check_invariants(self) -> list[tuple[str, tuple]]:
+        """``[(name, witnesses)]`` for every broken claim; ``[]`` when sound. O(N + keys).
+
+        The spec's invariants on the pool's state, then the representation's own claims
+        (:mod:`kvpool.fast.integrity`: links mutual, counters equal to recounts, the hash
+        table holding exactly the live keys).
+        """
+        from kvpool.fast.integrity import violations
+        from kvpool.spec.invariants import violated_invariants
+
+        return violated_invariants(self._core_state()) + violations(self._st)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the pool's arrays (hash-index arrays grow as keys appear). O(1)."""
+        return self._st.nbytes()
+
+    # -- batch verbs (generic twins in kvpool.batch) ----------------------------------------
+
+    def find_longest_cache_hit(self, block_hashes: Any, kv_cache_group_ids: Sequence[int],
+                               max_num_blocks: int | None = None) -> list[list[int]]:
+        """Blocks of the longest prefix of ``block_hashes`` cached in every group; see
+        :func:`kvpool.batch.find_longest_cache_hit`. One kernel call. O(hits · groups)."""
+        groups_t = tuple(kv_cache_group_ids)
+        hashes = batch.check_lookup_arguments(block_hashes, groups_t, max_num_blocks)
+        if isinstance(hashes, np.ndarray):
+            q, width = hashes.shape
+            buf = np.ascontiguousarray(hashes).reshape(-1)
+            lens = np.full(q, width, np.int64)
+        else:
+            q = len(hashes)
+            buf, lens, _ = hash_buffer(hashes)
+        groups, out = self._lookup_arrays(groups_t, q)
+        code = self._st.lookup(buf, lens, groups, out)
+        if code:
+            raise self._internal(code)
+        return out[:, : self._st.result()].tolist()
+
+    def allocate_and_cache(self, request: Any, blocks: Sequence[object], num_new_blocks: int,
+                           num_cached_blocks: int, num_full_blocks: int, block_size: int,
+                           kv_cache_group_id: int,
+                           block_mask: Sequence[object] | None = None) -> list[int]:
+        """Allocate a request's new blocks and key its full ones in one kernel call; see
+        :func:`kvpool.batch.allocate_and_cache`. Nothing changes when it raises.
+
+        With a metrics collector or a pending reuse watcher, the call is validated in one
+        kernel call and then runs the two verbs, so that callbacks fire between them exactly
+        as in the composition. O(new + candidates).
+        """
+        n = int(num_new_blocks) if isinstance(num_new_blocks, np.integer) else num_new_blocks
+        error = batch.allocation_rejection(n, self._st.num_free())
+        if error:
+            raise error
+        hashes = request.block_hashes
+        if not isinstance(hashes, (list, tuple)):
+            hashes = tuple(hashes)
+        table = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+        mask = as_mask(block_mask)
+        num_cached, num_full = num_cached_blocks, num_full_blocks
+        ratio = self._cache_arguments(hashes, len(table) + n, num_cached, num_full, block_size,
+                                      kv_cache_group_id, mask)
+        # After the argument checks and element by element, as the composition converts
+        # ``[*blocks, *new]`` (a list of plain ints needs no conversion).
+        if type(table) is list and (not table or set(map(type, table)) == _INT_ONLY):
+            old = table
+        else:
+            old = self._local_ids(table)
+        if not ratio:
+            return self.get_new_blocks(n)
+        lean = self.metrics_collector is None and not self._st.num_watchers()
+        old_cand = old[num_cached:num_full]
+        cand = np.empty(num_full - num_cached, np.int64)
+        try:
+            cand[: len(old_cand)] = old_cand
+        except OverflowError:
+            raise self._first_bad_id(old_cand) from None
+        first_new = max(0, num_cached - len(old))
+        selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
+        buf, lens, max_len = hash_buffer(selected)
+        mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
+        code = self._st.allocate_and_cache(n, cand, len(old_cand), first_new, mask_arr, buf,
+                                           lens, max_len, num_cached, ratio, kv_cache_group_id,
+                                           not lean)
+        if code:
+            raise self._candidate_error(code, cand, num_cached, block_size)
+        if not lean:  # validated: now the verbs themselves, callbacks in between
+            snapshot = list(old)  # as the composition's copy: a watcher may edit ``blocks``
+            new = self.get_new_blocks(n)
+            self.cache_full_blocks(request, [*snapshot, *new], num_cached, num_full,
+                                   block_size, kv_cache_group_id, mask)
+            return new
+        new = self._out[:n].tolist()
+        if self.enable_kv_cache_events:
+            self._events.record(
+                self._records(stored=self._stored(selected, cand.tolist(), mask, num_cached,
+                                                  num_full, block_size, kv_cache_group_id)),
+                request,
+            )
+        return new

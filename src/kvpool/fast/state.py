@@ -1,0 +1,346 @@
+"""``FastState``: the one owner of every array of a fast pool (layout: :mod:`.kernels`).
+
+Contract: nothing else writes these arrays. The state allocates them, grows the hash-index
+arrays before a call that may need room (kernels refuse rather than overflow), runs the
+kernels through its methods and decodes the event records a call produced. It knows nothing
+about typed errors or requests: methods return the kernels' codes and raw values.
+
+Memory at construction is ``N·(20 + 16 + 8)`` bytes (``blk``, ``blk64`` and the output
+scratch) plus small hash-index arrays that double when they fill up, so a pool that caches
+nothing never pays for keys. ``guard`` (tests only) surrounds every array with sentinel rows
+so that a kernel writing out of bounds is caught by :meth:`guards_intact`; a tiny
+``initial_rows`` (tests) makes the hash table collide and grow often.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from kvpool.errors import InvalidConfig
+from kvpool.fast import kernels as k
+from kvpool.fast.compiled import kernel_set
+from kvpool.spec.state import NULL_BLOCK_ID, PoolState
+
+MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
+INITIAL_ROWS = 64  # entry and key rows; doubled on demand
+INITIAL_STRIDE = 36  # key bytes per row: a SHA-256 digest plus the 4 group bytes
+GUARD_BYTE = 0x5A
+
+
+class FastState:
+    """The arrays of one pool and the kernel calls over them (see module docstring)."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        *,
+        enable_caching: bool,
+        enable_events: bool,
+        jit: bool = True,
+        guard: int = 0,
+        initial_rows: int = INITIAL_ROWS,
+    ) -> None:
+        self.num_blocks = n = int(num_blocks)
+        if n > MAX_BLOCKS:
+            raise InvalidConfig(f"the fast pool holds at most {MAX_BLOCKS} blocks (int32 ids)")
+        self.enable_caching = bool(enable_caching)
+        self.enable_events = bool(enable_events)
+        self.kernels = kernel_set(jit)
+        self._guard = int(guard)
+        self._guarded: list[tuple[np.ndarray, np.ndarray]] = []
+        self.blk = self._alloc((n + 2, k.BLK_COLS), np.int32)
+        # Zero-filled by the allocator (calloc: pages are zeroed on first touch, not here).
+        self.blk64 = self._alloc((n + 2, k.BLK64_COLS), np.int64, fill=0)
+        self.meta = self._alloc((k.META_SIZE,), np.int64)
+        self.out = self._alloc((n,), np.int64)  # result scratch: allocated ids, queue order
+        rows = max(1, int(initial_rows))
+        self.ent = self._alloc((rows, k.ENT_COLS), np.int32)
+        self.keys = self._alloc((rows, k.KEY_COLS), np.int64)
+        self.key_bytes = self._alloc((rows, INITIAL_STRIDE), np.uint8)
+        self.table = self._alloc((2 * rows,), np.int32, fill=-1)
+        self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
+        self.no_ids = np.empty(0, np.int64)
+        self.no_mask = np.empty(0, np.uint8)
+        self.kernels.init_state(self.blk, self.meta)
+        # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
+        # call from the shell straight into the compiled entry point.
+        ks = self.kernels
+        self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
+        self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
+        self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
+        self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
+        self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
+        self.touch = partial(ks.touch, self.blk, self.meta)
+
+    # -- allocation ---------------------------------------------------------------------------
+
+    def _alloc(self, shape: tuple[int, ...], dtype: Any, fill: int | None = None) -> np.ndarray:
+        """An array; with ``guard`` rows of sentinel bytes on both sides (a C-contiguous view)."""
+        g = self._guard
+        if not g:
+            if fill == 0:
+                return np.zeros(shape, dtype)
+            return np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+        outer = np.empty((shape[0] + 2 * g, *shape[1:]), dtype)
+        outer.view(np.uint8)[...] = GUARD_BYTE
+        inner = outer[g : g + shape[0]]
+        if fill is not None:
+            inner[...] = fill
+        self._guarded.append((outer, inner))
+        return inner
+
+    def guards_intact(self) -> bool:
+        """Whether every sentinel row of every array ever allocated is unchanged."""
+        g = self._guard
+        for outer, _ in self._guarded:
+            raw = outer.reshape(outer.shape[0], -1).view(np.uint8)
+            if (raw[:g] != GUARD_BYTE).any() or (raw[-g:] != GUARD_BYTE).any():
+                return False
+        return True
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (views of guarded buffers count their visible part)."""
+        arrays = (self.blk, self.blk64, self.meta, self.out, self.ent, self.keys,
+                  self.key_bytes, self.table, self.events)
+        return sum(a.nbytes for a in arrays)
+
+    def _grow(self, old: np.ndarray, rows: int, cols: int | None = None) -> np.ndarray:
+        shape = (rows, *(old.shape[1:] if cols is None else (cols,)))
+        new = self._alloc(shape, old.dtype, fill=0)
+        if old.ndim == 1:
+            new[: old.shape[0]] = old
+        else:
+            new[: old.shape[0], : old.shape[1]] = old
+        return new
+
+    def reserve(self, pairs: int, max_len: int) -> None:
+        """Room for ``pairs`` new (key, block) pairs with hashes of up to ``max_len`` bytes,
+        plus every event record the next call can produce. Amortised O(1)."""
+        meta = self.meta
+        ent_used, key_used = meta.item(k.M_ENT_USED), meta.item(k.M_KEY_USED)
+        if (self.ent.shape[0] - ent_used >= pairs and self.keys.shape[0] - key_used >= pairs
+                and max_len + 4 <= self.key_bytes.shape[1]
+                and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
+            return  # the common case: room everywhere
+        if self.ent.shape[0] - ent_used < pairs:
+            self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
+        if self.keys.shape[0] - key_used < pairs:
+            rows = max(2 * self.keys.shape[0], key_used + pairs)
+            self.keys = self._grow(self.keys, rows)
+            self.key_bytes = self._grow(self.key_bytes, rows)
+        if max_len + 4 > self.key_bytes.shape[1]:
+            self.key_bytes = self._grow(self.key_bytes, self.key_bytes.shape[0], max_len + 4)
+        if 2 * (key_used + pairs) > self.table.shape[0]:
+            size = self.table.shape[0]
+            while 2 * (key_used + pairs) > size:
+                size *= 2
+            table = self._alloc((size,), np.int32, fill=-1)
+            code = self.kernels.rehash(self.keys, table, meta)
+            assert code == k.OK, "rehash into a table that is too small"
+            self.table = table
+        self.reserve_events()
+
+    def reserve_events(self) -> None:
+        """Room for the records of one call: one per live entry, plus one."""
+        if self.enable_events:
+            need = self.meta.item(k.M_ENT_USED) + 2
+            if self.events.shape[0] < need:
+                self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
+
+    # -- operations (codes as the kernels return them) ---------------------------------------
+
+    def get_new_blocks(self, n: int) -> tuple[int, np.ndarray]:
+        """The full allocation (eviction, watchers); ``(code, fired buffer)``."""
+        self.reserve_events()
+        watchers = self.meta.item(k.M_NUM_WATCHERS)
+        fired = np.empty(min(n, watchers), np.int64) if watchers and n > 0 else self.no_ids
+        code = self.kernels.get_new_blocks(
+            self.blk, self.blk64, self.ent, self.keys, self.table, self.meta, self.events,
+            self.out, fired, n, self.enable_caching, self.enable_events,
+        )
+        return code, fired
+
+    def unpin(self, ids: np.ndarray) -> int:
+        return self.kernels.unpin_blocks(self.blk, self.blk64, self.meta, ids)
+
+    def lookup(self, buf: np.ndarray, lens: np.ndarray, groups: np.ndarray,
+               out: np.ndarray) -> int:
+        return self.kernels.lookup_blocks(
+            self.ent, self.keys, self.key_bytes, self.table, self.meta, buf, lens, groups, out
+        )
+
+    def _index(self) -> tuple[np.ndarray, ...]:
+        return (self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table,
+                self.meta, self.events)
+
+    def cache_full(self, cand: np.ndarray, mask: np.ndarray | None, buf: np.ndarray,
+                   lens: np.ndarray, num_cached: int, ratio: int, group: int,
+                   max_len: int) -> int:
+        """``max_len``: the longest hash in ``lens`` (the caller knows it cheaply)."""
+        self.reserve(cand.shape[0], max_len)
+        return self.kernels.cache_full_blocks(
+            *self._index(), cand, self.no_mask if mask is None else mask, buf, lens,
+            num_cached, ratio, group, mask is not None, self.enable_events,
+        )
+
+    def allocate_and_cache(self, n: int, cand: np.ndarray, num_old: int, first_new: int,
+                           mask: np.ndarray | None, buf: np.ndarray, lens: np.ndarray,
+                           max_len: int, num_cached: int, ratio: int, group: int,
+                           dry_run: bool) -> int:
+        self.reserve(cand.shape[0], max_len)
+        return self.kernels.allocate_and_cache(
+            *self._index(), self.out, cand, num_old, first_new,
+            self.no_mask if mask is None else mask, buf, lens, n, num_cached, ratio, group,
+            mask is not None, self.enable_events, dry_run,
+        )
+
+    def cache_partial(self, b: int, buf: np.ndarray, units: int, group: int,
+                      replace: bool) -> int:
+        self.reserve(1, buf.shape[0])
+        return self.kernels.cache_partial_block(
+            *self._index(), b, buf, units, group, replace, self.enable_events
+        )
+
+    def move(self, src: int, dst: int) -> int:
+        return self.kernels.move_block_hashes(
+            self.blk, self.blk64, self.ent, self.keys, self.meta, src, dst
+        )
+
+    def evict(self, ids: np.ndarray) -> int:
+        self.reserve_events()
+        return self.kernels.evict_blocks(
+            self.blk, self.blk64, self.ent, self.keys, self.table, self.meta, self.events, ids,
+            self.enable_events,
+        )
+
+    def reset(self) -> tuple[int, np.ndarray]:
+        """``(code, fired buffer)``; :meth:`result` says whether the reset happened."""
+        self.reserve_events()
+        fired = np.empty(self.num_watchers(), np.int64)
+        code = self.kernels.reset_prefix_cache(
+            self.blk, self.blk64, self.ent, self.keys, self.table, self.meta, self.events,
+            fired, self.enable_events,
+        )
+        return code, fired
+
+    def writable(self, b: int) -> bool:
+        return bool(self.kernels.block_is_writable(self.blk, b))
+
+    # -- event records ------------------------------------------------------------------------
+
+    def drain_events(self) -> list[tuple[int, int, int, bytes | None]]:
+        """``(kind, payload, seq, removed key bytes)`` per record of the last call, then free
+        the key rows those records kept readable."""
+        count = int(self.meta[k.M_EV_LEN])
+        if not count:
+            return []
+        rows = self.events[:count].tolist()
+        out = []
+        for kind, payload, seq in rows:
+            key = None
+            if kind == k.EV_REMOVED:
+                length = int(self.keys[payload, k.K_LEN])
+                key = self.key_bytes[payload, :length].tobytes()
+            out.append((kind, payload, seq, key))
+        self.kernels.release_removed_keys(self.keys, self.meta, self.events)
+        return out
+
+    def next_event_seq(self) -> int:
+        """Take the next event sequence number (for events built without a kernel)."""
+        seq = int(self.meta[k.M_EVENT_COUNT])
+        self.meta[k.M_EVENT_COUNT] = seq + 1
+        return seq
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def num_free(self) -> int:
+        return self.meta.item(k.M_NUM_FREE)
+
+    def num_watchers(self) -> int:
+        return self.meta.item(k.M_NUM_WATCHERS)
+
+    def err_index(self) -> int:
+        return self.meta.item(k.M_ERR_INDEX)
+
+    def result(self) -> int:
+        return self.meta.item(k.M_RESULT)
+
+    def fired(self, buffer: np.ndarray) -> tuple[int, ...]:
+        return tuple(buffer[: int(self.meta[k.M_FIRED_LEN])].tolist())
+
+    def ref_cnt(self, block_id: int) -> int:
+        return int(self.blk[block_id, k.REF])
+
+    def key_of_entry(self, e: int) -> bytes:
+        kid = int(self.ent[e, k.E_KEY])
+        return self.key_bytes[kid, : int(self.keys[kid, k.K_LEN])].tobytes()
+
+    def queue(self) -> list[int]:
+        count = self.kernels.queue_order(self.blk, self.out)
+        return self.out[:count].tolist()
+
+    def block_keys(self) -> dict[int, list[bytes]]:
+        """Each keyed block's keys, primary first, then secondaries in insertion order."""
+        first = self.blk[: self.num_blocks, k.FIRST].tolist()
+        bnext = self.ent[:, k.E_BNEXT].tolist()
+        out: dict[int, list[bytes]] = {}
+        for b, e in enumerate(first):
+            while e != -1:
+                out.setdefault(b, []).append(self.key_of_entry(e))
+                e = bnext[e]
+        return out
+
+    def key_chains(self) -> dict[bytes, tuple[int, ...]]:
+        """Each key's blocks, earliest inserted first."""
+        heads = self.keys[: int(self.meta[k.M_KEY_HIGH]), k.K_HEAD].tolist()
+        knext = self.ent[:, k.E_KNEXT].tolist()
+        owner = self.ent[:, k.E_BLOCK].tolist()
+        out: dict[bytes, tuple[int, ...]] = {}
+        for kid, e in enumerate(heads):
+            chain = []
+            while e >= 0:
+                chain.append(owner[e])
+                e = knext[e]
+            if chain:
+                length = int(self.keys[kid, k.K_LEN])
+                out[self.key_bytes[kid, :length].tobytes()] = tuple(chain)
+        return out
+
+    def watchers(self) -> tuple[int, ...]:
+        """Watched blocks in watcher-table (stamp) order."""
+        stamps = self.blk64[: self.num_blocks, k.WATCH]
+        watched = np.nonzero(stamps)[0]
+        return tuple(watched[np.argsort(stamps[watched], kind="stable")].tolist())
+
+    def primary_units(self) -> list[int]:
+        return self.blk64[: self.num_blocks, k.TOKENS].tolist()
+
+    def to_pool_state(self, hash_block_size: int) -> PoolState:
+        """Everything observable, as the spec's state value (O(N + keys); for comparisons)."""
+        n = self.num_blocks
+        keys = self.block_keys()
+        primary: list[bytes | None] = [None] * n
+        tokens: list[int | None] = [None] * n
+        units = self.primary_units()
+        for b, block_keys in keys.items():
+            primary[b] = block_keys[0]
+            tokens[b] = units[b] * hash_block_size
+        ref = self.blk[:n, k.REF].tolist()
+        ref[NULL_BLOCK_ID] = 0  # not maintained for the null block
+        return PoolState(
+            num_blocks=n,
+            enable_caching=self.enable_caching,
+            hash_block_size=hash_block_size,
+            enable_events=self.enable_events,
+            ref_cnt=tuple(ref),
+            free_queue=tuple(self.queue()),
+            primary_key=tuple(primary),
+            primary_tokens=tuple(tokens),
+            secondary_keys={b: tuple(ks[1:]) for b, ks in keys.items() if len(ks) > 1},
+            cache=self.key_chains(),
+            watchers=self.watchers(),
+            event_count=self.meta.item(k.M_EVENT_COUNT),
+        )

@@ -1,0 +1,177 @@
+"""Each kernel, compiled and plain, does the same thing to the same arrays.
+
+A pool state is built with random operations; its arrays are copied twice; one kernel runs
+uncompiled on one copy and compiled on the other with the same (often invalid) arguments.
+Return values and every byte of every array must match. Also checks that the guard rows
+really catch an out-of-bounds write by compiled code.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from fast_twin import block_hash, fast_pool, request_with_hashes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvpool.errors import KvPoolError
+from kvpool.fast import kernels
+from kvpool.fast.compiled import SIGNATURES, kernel_set
+from kvpool.fast.state import FastState
+
+N = 10
+ARRAYS = ("blk", "blk64", "ent", "keys", "key_bytes", "table", "meta", "events", "out")
+
+
+def built_state(data) -> FastState:
+    """A plain-kernel pool state after a random, mostly valid, program."""
+    pool = fast_pool(N, jit=False, hash_block_size=4,
+                     enable_kv_cache_events=data.draw(st.booleans(), label="events"))
+    request = request_with_hashes(6, hbs=4)
+    request.block_hashes[:] = [block_hash(f"k{data.draw(st.integers(0, 3))}") for _ in range(6)]
+    for _ in range(data.draw(st.integers(0, 12), label="setup steps")):
+        op = data.draw(st.sampled_from(["alloc", "free", "cache", "partial", "evict", "unpin"]))
+        held = [b for b, r in enumerate(pool.abstract().state.ref_cnt) if r > 0] or [0]
+        pick = st.lists(st.sampled_from(held), max_size=4)
+        try:
+            if op == "alloc":
+                pool.get_new_blocks(data.draw(st.integers(0, 4)))
+            elif op == "free":
+                pool.free_blocks(data.draw(pick))
+            elif op == "cache":
+                table = data.draw(pick)
+                group = data.draw(st.integers(0, 1))
+                pool.cache_full_blocks(request, table, 0, len(table), 4, group)
+            elif op == "partial":
+                pool.cache_partial_block(request, data.draw(st.sampled_from(held)),
+                                         4 * data.draw(st.integers(1, 6)), 0, 8)
+            elif op == "evict":
+                pool.evict_blocks(data.draw(pick))
+            else:
+                pool.unpin_blocks(data.draw(pick), lambda b: None)
+        except KvPoolError:
+            pass
+    st_ = pool._st
+    st_.reserve(8, 40)
+    return st_
+
+
+def copies(state: FastState) -> dict[str, np.ndarray]:
+    return {name: getattr(state, name).copy() for name in ARRAYS}
+
+
+ids = st.lists(st.integers(-3, N + 3), max_size=7).map(lambda v: np.array(v, dtype=np.int64))
+small = st.integers(-2, N + 2)
+
+
+def hash_args(draw, m):
+    hashes = [block_hash(f"k{draw(st.integers(0, 4))}", draw(st.sampled_from([32, 16, 0])))
+              for _ in range(m)]
+    buf = np.frombuffer(b"".join(hashes), np.uint8).copy()
+    return buf, np.array([len(h) for h in hashes], dtype=np.int64)
+
+
+def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
+    """Arguments of kernel ``name`` over the array dict ``a`` (fresh per call)."""
+    draw = data.draw
+    index = (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"],
+             a["events"])
+    if name == "get_new_blocks_unkeyed":
+        return a["blk"], a["meta"], a["out"], draw(small)
+    if name == "get_new_blocks":
+        return (a["blk"], a["blk64"], a["ent"], a["keys"], a["table"], a["meta"], a["events"],
+                a["out"], np.zeros(N, np.int64), draw(small), draw(st.booleans()), events_on)
+    if name == "touch":
+        return a["blk"], a["meta"], draw(ids)
+    if name == "free_blocks":
+        return a["blk"], a["meta"], draw(st.booleans()), draw(st.booleans()), draw(ids)
+    if name == "free_one":
+        return a["blk"], a["meta"], draw(st.booleans()), draw(small)
+    if name == "unpin_blocks":
+        return a["blk"], a["blk64"], a["meta"], draw(ids)
+    if name == "lookup_blocks":
+        buf, lens = hash_args(draw, draw(st.integers(0, 4)))
+        groups = np.array(draw(st.lists(st.sampled_from([0, 1, -1, 2**32]), min_size=1,
+                                        max_size=2)), dtype=np.int64)
+        out = np.zeros((groups.shape[0], max(1, lens.shape[0])), np.int64)
+        return (a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"], buf, lens, groups,
+                out)
+    if name in ("cache_full_blocks", "allocate_and_cache"):
+        cand = draw(ids)
+        m = cand.shape[0]
+        buf, lens = hash_args(draw, m)
+        mask = np.array(draw(st.lists(st.booleans(), min_size=m, max_size=m)), dtype=np.uint8)
+        tail = (draw(st.integers(0, 3)), draw(st.sampled_from([1, 2])), draw(st.integers(0, 1)),
+                draw(st.booleans()), events_on)
+        if name == "cache_full_blocks":
+            return (*index, cand, mask, buf, lens, *tail)
+        num_old = draw(st.integers(0, m))
+        n = draw(st.integers(0, 4))
+        return (*index, a["out"], cand, num_old, draw(st.integers(0, 2)), mask, buf, lens, n,
+                *tail, draw(st.booleans()))
+    if name == "cache_partial_block":
+        buf, _ = hash_args(draw, 1)
+        return (*index, draw(small), buf, draw(st.integers(0, 6)), draw(st.integers(0, 1)),
+                draw(st.booleans()), events_on)
+    if name == "move_block_hashes":
+        return a["blk"], a["blk64"], a["ent"], a["keys"], a["meta"], draw(small), draw(small)
+    if name == "evict_blocks":
+        return (a["blk"], a["blk64"], a["ent"], a["keys"], a["table"], a["meta"], a["events"],
+                draw(ids), events_on)
+    if name == "reset_prefix_cache":
+        return (a["blk"], a["blk64"], a["ent"], a["keys"], a["table"], a["meta"], a["events"],
+                np.zeros(N, np.int64), events_on)
+    if name == "block_is_writable":
+        return a["blk"], draw(small)
+    if name == "queue_order":
+        return a["blk"], a["out"]
+    if name == "release_removed_keys":
+        return a["keys"], a["meta"], a["events"]
+    if name == "rehash":
+        size = 2 * a["table"].shape[0]
+        a["table_new"] = np.full(size, -1, np.int32)
+        return a["keys"], a["table_new"], a["meta"]
+    if name == "init_state":
+        return a["blk"], a["meta"]
+    raise AssertionError(f"no argument generator for kernel {name}")
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(sorted(SIGNATURES)))
+def test_compiled_and_plain_kernels_agree_on_the_same_inputs(data, name):
+    state = built_state(data)
+    plain, compiled = copies(state), copies(state)
+    args_plain = arguments(data, name, plain, state.enable_events)
+    # The same arguments over the compiled copy: state arrays swapped, inputs copied.
+    owner = {id(v): key for key, v in plain.items()}
+    args_compiled = tuple(
+        (compiled[owner[id(x)]] if owner[id(x)] in compiled else x.copy())
+        if id(x) in owner else (x.copy() if isinstance(x, np.ndarray) else x)
+        for x in args_plain
+    )
+    r_plain = getattr(kernel_set(False), name)(*args_plain)
+    r_compiled = getattr(kernel_set(True), name)(*args_compiled)
+    assert r_plain == r_compiled and type(r_plain) is type(r_compiled), (name, r_plain)
+    for x, y in zip(args_plain, args_compiled, strict=True):
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), name
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="needs compiled code (no bounds checks)")
+def test_guard_rows_catch_an_out_of_bounds_write_by_compiled_code():
+    state = FastState(4, enable_caching=True, enable_events=False, guard=2)
+
+    @numba.njit
+    def write_past_the_end(blk):
+        blk[blk.shape[0], 0] = 7  # no bounds check in compiled code
+
+    assert state.guards_intact()
+    write_past_the_end(state.blk)
+    assert not state.guards_intact()
+
+
+def test_every_kernel_has_a_plain_twin_and_a_signature():
+    public = {n for n in dir(kernels) if callable(getattr(kernels, n)) and not n.startswith("_")
+              and getattr(getattr(kernels, n), "__module__", "") == kernels.__name__}
+    assert public == set(SIGNATURES)
