@@ -16,21 +16,8 @@ import sys
 
 from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, format_results, run_bench
 from kvpool.bench.runner import hashing_available
+from kvpool.cli._args import non_negative_int, positive_int
 from kvpool.errors import KvPoolError
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,9 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", default="fast,reference", metavar="LIST",
                         help="comma-separated backends (fast,reference)")
     parser.add_argument("--trace", metavar="FILE", help="JSONL trace for the trace suite")
-    parser.add_argument("--repeat", type=_positive, default=5, metavar="K",
+    parser.add_argument("--repeat", type=positive_int, default=5, metavar="K",
                         help="timed runs per figure; figures are medians (5)")
-    parser.add_argument("--seed", type=_non_negative, default=0, metavar="S",
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
                         help="seed of every generated workload (0)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke tests)")
     parser.add_argument("--check", action="store_true",

@@ -17,21 +17,8 @@ import json
 import sys
 from typing import TextIO
 
+from kvpool.cli._args import non_negative_int, positive_int
 from kvpool.errors import BackendUnavailable
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,11 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", default="spec,reference", metavar="A,B[,C]",
                         help="comma-separated backends, the first is the oracle "
                         "(spec,reference); also fast, vllm")
-    parser.add_argument("--steps", type=_positive, default=10_000, metavar="N",
+    parser.add_argument("--steps", type=positive_int, default=10_000, metavar="N",
                         help="rule applications to run in total (10000)")
-    parser.add_argument("--seed", type=_non_negative, default=None, metavar="S",
+    parser.add_argument("--seed", type=non_negative_int, default=None, metavar="S",
                         help="seed (default: random, printed)")
-    parser.add_argument("--num-blocks", type=_positive, default=None, metavar="N",
+    parser.add_argument("--num-blocks", type=positive_int, default=None, metavar="N",
                         help="pool size for every shape (default: 8-32, varied)")
     parser.add_argument("--valid-only", action="store_true",
                         help="skip BEHAVIOUR.md §12's invalid calls (pools that do not validate)")

@@ -13,23 +13,10 @@ import json
 import sys
 
 from kvpool.backends import BACKENDS
+from kvpool.cli._args import non_negative_int, positive_int
 from kvpool.errors import KvPoolError
 from kvpool.workload.driver import SimulationReport
 from kvpool.workload.simulate import DEFAULT_MAX_RUNNING, DEFAULT_NUM_BLOCKS, simulate
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,14 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trace", metavar="FILE", help="JSONL trace (default: built-in chat)")
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="fast")
-    parser.add_argument("--num-blocks", type=_positive, default=DEFAULT_NUM_BLOCKS,
+    parser.add_argument("--num-blocks", type=positive_int, default=DEFAULT_NUM_BLOCKS,
                         metavar="N", help=f"pool size, null block included ({DEFAULT_NUM_BLOCKS})")
-    parser.add_argument("--block-size", type=_positive, default=16, metavar="B")
-    parser.add_argument("--max-running", type=_positive, default=DEFAULT_MAX_RUNNING, metavar="R",
+    parser.add_argument("--block-size", type=positive_int, default=16, metavar="B")
+    parser.add_argument("--max-running", type=positive_int, default=DEFAULT_MAX_RUNNING, metavar="R",
                         help=f"concurrent requests ({DEFAULT_MAX_RUNNING})")
-    parser.add_argument("--seed", type=_non_negative, default=0, metavar="S",
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
                         help="seed of the built-in trace (0)")
-    parser.add_argument("--requests", type=_positive, default=2000, metavar="N",
+    parser.add_argument("--requests", type=positive_int, default=2000, metavar="N",
                         help="requests in the built-in trace (2000)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
