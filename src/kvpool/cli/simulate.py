@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--num-blocks", type=positive_int, default=DEFAULT_NUM_BLOCKS,
                         metavar="N", help=f"pool size, null block included ({DEFAULT_NUM_BLOCKS})")
     parser.add_argument("--block-size", type=positive_int, default=16, metavar="B")
-    parser.add_argument("--max-running", type=positive_int, default=DEFAULT_MAX_RUNNING, metavar="R",
+    parser.add_argument("--max-running", type=positive_int, default=DEFAULT_MAX_RUNNING,
+                        metavar="R",
                         help=f"concurrent requests ({DEFAULT_MAX_RUNNING})")
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S",
                         help="seed of the built-in trace (0)")

@@ -19,6 +19,7 @@ def block_arrays_cover_every_id(state: PoolState) -> tuple:
     """§11.1 Every per-block array has exactly ``num_blocks`` entries, ids ``0…N-1``.
 
     Why: block tables are append-only, so ids are assigned once and never renumbered.
+    (Also ``hash_block_size ≥ 1``: the other predicates divide by it.)
     """
     n = state.num_blocks
     arrays = {
@@ -27,7 +28,9 @@ def block_arrays_cover_every_id(state: PoolState) -> tuple:
         "primary_tokens": state.primary_tokens,
     }
     bad = tuple(name for name, values in arrays.items() if len(values) != n)
-    return bad + (("num_blocks",) if n < 1 else ())
+    bad += ("num_blocks",) if n < 1 else ()
+    # CrossHair found hbs = 0 passing every invariant (and crashing §11.12 once a key exists).
+    return bad + (("hash_block_size",) if state.hash_block_size < 1 else ())
 
 
 def null_block_is_inert(state: PoolState) -> tuple:
