@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.read_text().startswith("<!-- runnable")]
+PAGES = [
+    p for p in sorted((ROOT / "docs").glob("*.md")) if p.read_text().startswith("<!-- runnable")
+]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 

@@ -11,8 +11,9 @@ into these events right away, reading token ids and extra keys from the request.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from kvpool.keys import ExternalBlockHash, external_block_hash, key_group, key_hash
 from kvpool.spec.records import (

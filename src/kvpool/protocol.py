@@ -8,7 +8,8 @@ protocol only. :meth:`abstract` is the observer two backends are compared with.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from kvpool.events import KVCacheEvent
 

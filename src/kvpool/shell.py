@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -169,7 +170,9 @@ class PoolShell:
     def _core_init(self, config: PoolConfig) -> None:
         raise NotImplementedError
 
-    def _core_get_new_blocks(self, n: int) -> tuple[Sequence[int], tuple[EventRecord, ...], tuple[int, ...]]:
+    def _core_get_new_blocks(
+        self, n: int
+    ) -> tuple[Sequence[int], tuple[EventRecord, ...], tuple[int, ...]]:
         raise NotImplementedError
 
     def _core_touch(self, ids: tuple[int, ...]) -> None:
@@ -184,7 +187,9 @@ class PoolShell:
     def _core_unpin(self, ids: tuple[int, ...]) -> None:
         raise NotImplementedError
 
-    def _core_get_cached_block(self, block_hash: bytes, group_ids: tuple[int, ...]) -> Sequence[int] | None:
+    def _core_get_cached_block(
+        self, block_hash: bytes, group_ids: tuple[int, ...]
+    ) -> Sequence[int] | None:
         raise NotImplementedError
 
     def _core_cache_full_blocks(
@@ -341,7 +346,9 @@ class PoolShell:
 
     # -- the prefix cache -----------------------------------------------------------------
 
-    def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]) -> list[int] | None:
+    def get_cached_block(
+        self, block_hash: bytes, kv_cache_group_ids: Sequence[int]
+    ) -> list[int] | None:
         """One block per group id for ``block_hash`` (in the order given), or ``None``. Pure."""
         group_ids = tuple(as_group_id(g) for g in kv_cache_group_ids)
         result = self._core_get_cached_block(block_hash, group_ids)

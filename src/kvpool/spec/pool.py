@@ -7,7 +7,7 @@ right, which is the point.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvpool.errors import KvPoolError
 from kvpool.shell import PoolConfig, PoolShell
@@ -53,13 +53,17 @@ class SpecPool(PoolShell):
     def _core_get_cached_block(self, block_hash: bytes, group_ids: tuple[int, ...]):
         return ops.get_cached_block(self.state, block_hash, group_ids).result
 
-    def _core_cache_full_blocks(self, hashes, ids, num_cached, num_full, block_size, group_id, mask):
+    def _core_cache_full_blocks(
+        self, hashes, ids, num_cached, num_full, block_size, group_id, mask
+    ):
         out = ops.cache_full_blocks(
             self.state, tuple(hashes), ids, num_cached, num_full, block_size, group_id, mask
         )
         return self._apply(out).events
 
-    def _core_cache_partial_block(self, hashes, block_id, num_tokens, group_id, block_size, replace_existing):
+    def _core_cache_partial_block(
+        self, hashes, block_id, num_tokens, group_id, block_size, replace_existing
+    ):
         out = ops.cache_partial_block(
             self.state, tuple(hashes), block_id, num_tokens, group_id, block_size, replace_existing
         )
@@ -76,7 +80,9 @@ class SpecPool(PoolShell):
         out = self._apply(ops.reset_prefix_cache(self.state))
         return out.result, out.events, out.fired_watchers
 
-    def _core_emit_cached_block_events(self, hashes: Sequence[bytes], num_cached, block_size, group_id):
+    def _core_emit_cached_block_events(
+        self, hashes: Sequence[bytes], num_cached, block_size, group_id
+    ):
         out = ops.emit_cached_block_events(
             self.state, tuple(hashes), num_cached, block_size, group_id
         )
