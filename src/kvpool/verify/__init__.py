@@ -1,0 +1,1 @@
+"""Verification tools over the spec: the CrossHair contract check (:mod:`.crosshair_check`)."""

@@ -1,0 +1,234 @@
+"""How CrossHair builds a symbolic :class:`~kvpool.spec.state.PoolState`: every bounded valid one.
+
+Left to itself, CrossHair builds a ``PoolState`` field by field (tuples of any length, dicts
+of any bytes) and almost never satisfies all twelve invariants: measured, one valid state in
+20 s of search. This creator instead builds states that are valid by construction, making
+only the choices a valid state leaves open, each one a CrossHair branch or SMT variable:
+
+* ``num_blocks`` in ``1…MAX_BLOCKS`` and ``hash_block_size`` in ``HASH_BLOCK_SIZES``
+  (concrete, one subtree each);
+* caching / events on or off; for each block, free or held, and its ref count (symbolic);
+* the free queue: the free blocks in any order (each inserted at a chosen position);
+* each block's primary key (from ``KEY_ALPHABET``, symbolic token count ``hbs·t``) and up to
+  ``MAX_SECONDARY`` secondary keys; the ids under each key in any insertion order;
+* watchers: any subset of the non-null blocks, in any order; the event counter (symbolic).
+
+Within these bounds every state that satisfies the invariants can be produced (the alphabet
+is a bound on how many *distinct* keys a state holds; operations only compare keys). The
+contracts still *require* every invariant, so a creator bug can only hide states, never let an
+invalid one through. Arguments other than the state (ids, hashes, counts) stay fully symbolic.
+
+Registered by :mod:`kvpool.verify.crosshair_plugin` (``crosshair check --extra_plugin``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+
+from crosshair import IgnoreAttempt, SymbolicFactory, register_type
+from crosshair.statespace import StateSpace, context_statespace
+from crosshair.tracers import NoTracing, ResumedTracing
+
+from kvpool.keys import key_group, pack_key
+from kvpool.spec.state import PoolState
+
+MAX_BLOCKS = 5
+"""Largest pool built: the null block and four real blocks."""
+
+HASH_BLOCK_SIZES = (1, 2)
+"""hbs values tried: 1 makes every token count legal, 2 exercises the multiple-of-hbs rules."""
+
+KEY_ALPHABET: tuple[bytes, ...] = tuple(
+    pack_key(bytes([h]), g) for g in (0, 1) for h in (1, 2, 3)
+)
+"""Keys a built state may hold: three one-byte block hashes in groups 0 and 1."""
+
+MAX_SECONDARY = 2
+"""Most secondary keys one block carries."""
+
+STATES_BUILT = 0
+"""How many states this process built: one per CrossHair iteration that reached the call."""
+
+
+class _Chooser:
+    """Makes the creator's choices as CrossHair branches with explicit probabilities.
+
+    CrossHair's default explores the *true* side of an untried branch only a quarter of the
+    time, which would make a state with four free cached blocks a rarity; a fair (or chosen)
+    coin keeps the interesting states common (CrossHair's coverage heuristic may still
+    re-weight a coin towards code it has rarely reached). Counts that the SMT solver should
+    pick (ref counts, token counts, the event counter) are symbolic ints with constraints,
+    not branches.
+    """
+
+    def __init__(self, factory: SymbolicFactory) -> None:
+        self.factory = factory
+        self.space = factory.space
+
+    def coin(self, probability_true: float = 0.5) -> bool:
+        return self.space.smt_fork(desc="kvpool_choice", probability_true=probability_true)
+
+    def pick(self, options: tuple, weights: tuple[float, ...] | None = None):
+        """One of ``options`` (uniform unless ``weights``), as a chain of coins."""
+        weights = weights or (1.0,) * len(options)
+        left = sum(weights)
+        for option, weight in zip(options[:-1], weights[:-1], strict=True):
+            if self.coin(weight / left):
+                return option
+            left -= weight
+        return options[-1]
+
+    def shuffled(self, items: list[int]) -> tuple[int, ...]:
+        """``items`` in any order: each one inserted at a uniformly chosen position."""
+        out: list[int] = []
+        for item in items:
+            out.insert(self.pick(tuple(range(len(out) + 1))), item)
+        return tuple(out)
+
+    def symbolic_count(self, suffix: str, at_least: int, multiple_of: int = 1):
+        """A symbolic int ``≥ at_least`` and a multiple of ``multiple_of`` (no branch)."""
+        value = self.factory(int, suffix)
+        with ResumedTracing():
+            conditions = [value >= at_least]
+            if multiple_of > 1:
+                conditions.append(value % multiple_of == 0)
+        for condition in conditions:  # checked untraced: traced, type() would lie
+            if type(condition) is bool:  # CrossHair handed out a concrete int this time
+                if not condition:
+                    raise IgnoreAttempt
+            else:
+                self.space.add(condition)
+        return value
+
+    def key(self) -> bytes:
+        return self.pick(KEY_ALPHABET, _KEY_WEIGHTS)
+
+
+_KEY_WEIGHTS = tuple(3.0 if key_group(k) == 0 else 1.0 for k in KEY_ALPHABET)
+"""Group 0 three times as likely as group 1: duplicates under one key stay common."""
+
+_NUM_BLOCKS_WEIGHTS = (0.05, 0.1, 0.2, 0.3, 0.35)
+"""Weights of ``num_blocks`` 1…5: small pools are cheap to exhaust, bugs need a few blocks."""
+
+
+def _build(choose: _Chooser) -> PoolState:
+    n = choose.pick(tuple(range(1, MAX_BLOCKS + 1)), _NUM_BLOCKS_WEIGHTS)
+    hbs = choose.pick(HASH_BLOCK_SIZES)
+    caching = choose.coin(0.75)
+    events = choose.coin()
+    ref_cnt: list = [0] * n
+    free: list[int] = []
+    for b in range(1, n):
+        if choose.coin():
+            ref_cnt[b] = choose.symbolic_count(f"_ref{b}", at_least=1)
+        else:
+            free.append(b)
+    queue = choose.shuffled(free)
+    primary: list[bytes | None] = [None] * n
+    tokens: list = [None] * n
+    secondary: dict[int, tuple[bytes, ...]] = {}
+    if caching:
+        for b in range(1, n):
+            if not choose.coin():
+                continue
+            primary[b] = choose.key()
+            tokens[b] = choose.symbolic_count(f"_tokens{b}", at_least=hbs, multiple_of=hbs)
+            extra: list[bytes] = []
+            while len(extra) < MAX_SECONDARY and choose.coin(0.3):
+                key = choose.key()
+                if key != primary[b] and key not in extra:
+                    extra.append(key)
+            if extra:
+                secondary[b] = tuple(extra)
+    cache: dict[bytes, tuple[int, ...]] = {}
+    for key in KEY_ALPHABET:
+        holders = [b for b in range(1, n) if primary[b] == key or key in secondary.get(b, ())]
+        if holders:
+            cache[key] = choose.shuffled(holders)
+    watchers = choose.shuffled([b for b in range(1, n) if choose.coin(0.3)])
+    return PoolState(
+        num_blocks=n,
+        enable_caching=caching,
+        hash_block_size=hbs,
+        enable_events=events,
+        ref_cnt=tuple(ref_cnt),
+        free_queue=queue,
+        primary_key=tuple(primary),
+        primary_tokens=tuple(tokens),
+        secondary_keys=secondary,
+        cache=cache,
+        watchers=watchers,
+        event_count=choose.symbolic_count("_event_count", at_least=0) if events else 0,
+    )
+
+
+def make_pool_state(factory: SymbolicFactory) -> PoolState:
+    """CrossHair's creator for ``PoolState`` (CrossHair calls it with tracing off)."""
+    global STATES_BUILT
+    STATES_BUILT += 1
+    return _build(_Chooser(factory))
+
+
+def _report_count() -> None:
+    # Read by kvpool.verify.crosshair_check: CrossHair prints no iteration count unless -v.
+    print(f"kvpool-crosshair: states_built={STATES_BUILT}", file=sys.stderr)
+
+
+_registered = False
+
+
+def register() -> None:
+    """Build ``PoolState`` with :func:`make_pool_state` and tune the search (idempotent)."""
+    global _registered
+    if not _registered:
+        register_type(PoolState, make_pool_state)
+        tune_search()
+        atexit.register(_report_count)
+        _registered = True
+
+
+REALIZATION_CONFORMITY = 0.5
+"""How often a realized symbolic int keeps the solver's first value (CrossHair: 1.0, always)."""
+
+
+def _assume_facts(*facts: object) -> bool:
+    """:func:`kvpool.spec.contracts.given` under CrossHair: facts become solver assumptions."""
+    space = context_statespace()
+    with NoTracing():
+        for fact in facts:
+            if type(fact) is bool:  # decided already (concrete arguments)
+                if not fact:
+                    raise IgnoreAttempt
+            elif space.is_possible(fact.var):  # type: ignore[attr-defined]
+                space.add(fact)
+            else:
+                raise IgnoreAttempt
+    return True
+
+
+def tune_search() -> None:
+    """Two changes to how CrossHair searches; neither changes what a counterexample means.
+
+    * ``contracts.given`` facts (implied by every valid call) become assumptions instead of
+      branches. Without this, a call with two block ids passes its range checks on about one
+      path in ten and ``move_block_hashes`` reached its body on 0 of 201 paths; with it, most
+      paths are valid calls.
+    * A symbolic int that the code realizes (a slice bound, a list index on a write, a hash)
+      keeps the solver's first model value only half of the time instead of always. CrossHair
+      otherwise explores ``get_new_blocks(state, 0)`` almost exclusively (measured: 120 of 130
+      calls), since 0 is the first value the solver offers and the subtree below never ends.
+
+    Both reach into CrossHair internals (``StateSpace.find_model_value``, ``StateSpace.add``;
+    developed against crosshair-tool 0.0.113): ``tests/spec/test_crosshair_finds_bugs.py``
+    fails if an upgrade breaks them.
+    """
+    import kvpool.spec.contracts as contracts
+
+    contracts.given = _assume_facts
+    original = StateSpace.find_model_value
+
+    def find_model_value(self, expr, choice_conformity=1.0):  # type: ignore[no-untyped-def]
+        return original(self, expr, min(choice_conformity, REALIZATION_CONFORMITY))
+
+    StateSpace.find_model_value = find_model_value  # type: ignore[method-assign]
