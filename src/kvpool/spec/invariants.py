@@ -9,8 +9,8 @@ operations' postconditions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
@@ -141,7 +141,10 @@ def primary_tokens_are_hash_block_multiples(state: PoolState) -> tuple:
     hbs = state.hash_block_size
     return tuple(
         b
-        for b, (key, tokens) in enumerate(zip(state.primary_key, state.primary_tokens))
+        # strict=False: unequal lengths are block_arrays_cover_every_id's finding, not a crash
+        for b, (key, tokens) in enumerate(
+            zip(state.primary_key, state.primary_tokens, strict=False)
+        )
         if (key is None) != (tokens is None)
         or (tokens is not None and (tokens <= 0 or tokens % hbs != 0))
     )

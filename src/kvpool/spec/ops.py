@@ -286,6 +286,7 @@ def move_block_hashes(state: PoolState, src: int, dst: int) -> Outcome:
     tokens = state.primary_tokens[src]
     state, moved = hash_map.remove_all_keys(state, src)
     for key in moved:
+        assert tokens is not None  # a block with keys has a primary token count (§11.10/12)
         state = hash_map.insert_key_on_block(state, key, dst, tokens)  # tokens: primary only
     return Outcome(state)
 

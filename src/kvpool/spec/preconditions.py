@@ -16,6 +16,7 @@ a quarter of the time, so this way its symbolic arguments are valid far more oft
 from __future__ import annotations
 
 from collections import Counter
+from typing import TypeGuard
 
 from kvpool.errors import (
     CachingDisabled,
@@ -32,7 +33,7 @@ from kvpool.keys import is_valid_group_id
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState, keys_of_block
 
 
-def is_count(value: object) -> bool:
+def is_count(value: object) -> TypeGuard[int]:
     """A non-negative int (bools excluded)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
