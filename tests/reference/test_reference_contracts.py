@@ -8,6 +8,7 @@ crafted corruption breaks (the spec's predicates, or a structural one of the obj
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 from reference_twin import block_hash, request_with_hashes
@@ -15,7 +16,8 @@ from reference_twin import block_hash, request_with_hashes
 from kvpool import make_pool
 from kvpool.errors import DoubleFree, InvalidArgument, KvPoolError
 from kvpool.reference import ReferenceBlockPool
-from kvpool.reference import preconditions as reference_preconditions
+from kvpool.reference import pool as reference_pool_module
+from kvpool.spec import preconditions as spec_preconditions
 from kvpool.spec.invariants import INVARIANTS
 
 
@@ -112,11 +114,16 @@ def test_contract_checking_catches_freed_cached_blocks_sent_to_the_wrong_end():
         pool.free_blocks(blocks[::-1])
 
 
+def reference_rejects_frees_with(monkeypatch, error: Exception) -> None:
+    """Make the reference (not the shadow spec) reject every free with ``error``."""
+    checks = SimpleNamespace(**vars(spec_preconditions))
+    checks.free_blocks_rejection = lambda view, ids: error
+    monkeypatch.setattr(reference_pool_module, "pre", checks)
+
+
 def test_contract_checking_catches_a_wrong_error_type(monkeypatch):
     pool = contract_pool()
-    monkeypatch.setattr(
-        reference_preconditions, "over_release", lambda pool, ids: InvalidArgument("wrong")
-    )
+    reference_rejects_frees_with(monkeypatch, InvalidArgument("wrong"))
     with pytest.raises(AssertionError, match="reference raised InvalidArgument.*DoubleFree"):
         pool.free_blocks([1])
 
@@ -153,7 +160,7 @@ def test_contract_checking_catches_a_rejected_call_that_changed_state():
 def test_contract_checking_catches_a_rejection_the_spec_does_not_make(monkeypatch):
     pool = contract_pool()
     pool.get_new_blocks(1)
-    monkeypatch.setattr(reference_preconditions, "over_release", lambda pool, ids: DoubleFree("x"))
+    reference_rejects_frees_with(monkeypatch, DoubleFree("x"))
     with pytest.raises(AssertionError, match="reference raised DoubleFree.*the spec succeeded"):
         pool.free_blocks([1])
 

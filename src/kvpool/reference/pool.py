@@ -1,10 +1,10 @@
 """``ReferenceBlockPool``: the block pool as objects, readable and shaped like vLLM's ``BlockPool``.
 
 Every operation does exactly what :mod:`kvpool.spec.ops` does, rejects exactly the inputs
-:mod:`kvpool.spec.preconditions` rejects (:mod:`kvpool.reference.preconditions` mirrors it
-check by check) and numbers its event records the same way. Where the spec rebuilds tuples,
-this pool moves pointers in an object graph, and the names are vLLM's so that the two can be
-read side by side:
+:mod:`kvpool.spec.preconditions` rejects (it runs those very checks, reading the object graph
+through :class:`~kvpool.reference.preconditions.StateView`) and numbers its event records the
+same way. Where the spec rebuilds tuples, this pool moves pointers in an object graph, and the
+names are vLLM's so that the two can be read side by side:
 
 * ``blocks`` — one :class:`KVCacheBlock` per id; block 0 is the null block;
 * ``free_block_queue`` — the free blocks, front first (:class:`FreeKVCacheBlockQueue`);
@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from kvpool.errors import KvPoolError
 from kvpool.keys import pack_key
-from kvpool.reference import preconditions as pre
 from kvpool.reference.block import KVCacheBlock
 from kvpool.reference.free_queue import FreeKVCacheBlockQueue
 from kvpool.reference.hash_map import BlockHashToBlockMap
+from kvpool.reference.preconditions import StateView, unqueued_free_block
 from kvpool.shell import PoolConfig, PoolShell
+from kvpool.spec import preconditions as pre
 from kvpool.spec.records import (
     ClearedRecord,
     EventRecord,
@@ -101,6 +102,8 @@ class ReferenceBlockPool(PoolShell):
         # Block 0 never enters the free queue again; it only fills skipped table positions.
         self._null_block = self.free_block_queue.popleft()
         self._null_block.is_null = True
+        # The spec's preconditions, reading this object graph (one source of truth, §12).
+        self.state_view = StateView(self)
 
     # -- keys and events (vLLM's private helpers) ---------------------------------------------
 
@@ -154,7 +157,7 @@ class ReferenceBlockPool(PoolShell):
         self, n: int
     ) -> tuple[list[int], tuple[EventRecord, ...], tuple[int, ...]]:
         """Spec: ``ops.get_new_blocks``. Pop ``n`` blocks off the front, evicting keys. O(n)."""
-        _raise_if(pre.get_new_blocks_rejection(self, n))
+        _raise_if(pre.get_new_blocks_rejection(self.state_view, n))
         blocks = self.free_block_queue.popleft_n(n)
         fired: tuple[int, ...] = ()
         if self.reuse_watcher_ids:
@@ -171,7 +174,7 @@ class ReferenceBlockPool(PoolShell):
 
     def _core_touch(self, ids: tuple[int, ...]) -> None:
         """Spec: ``ops.touch``. One more reference per block; free ones leave the queue. O(len)."""
-        _raise_if(pre.touch_rejection(self, ids))
+        _raise_if(pre.touch_rejection(self.state_view, ids) or unqueued_free_block(self, ids))
         for b in ids:
             block = self.blocks[b]
             if block.is_null:
@@ -182,7 +185,7 @@ class ReferenceBlockPool(PoolShell):
 
     def _core_check_free(self, ids: tuple[int, ...]) -> KvPoolError | None:
         """Spec: ``preconditions.free_blocks_rejection`` (multi-pool frees check every pool)."""
-        return pre.free_blocks_rejection(self, ids)
+        return pre.free_blocks_rejection(self.state_view, ids)
 
     def _core_free(self, ids: tuple[int, ...]) -> None:
         """Spec: ``ops.free_blocks``. Drop one reference per block; zeros rejoin the queue. O(len).
@@ -191,7 +194,7 @@ class ReferenceBlockPool(PoolShell):
         reuse them first while their memory is warm. Keyed blocks go to the tail, in batch
         order, which is eviction priority: the hashed zone stays an LRU list.
         """
-        _raise_if(pre.free_blocks_rejection(self, ids))
+        _raise_if(pre.free_blocks_rejection(self.state_view, ids))
         to_front: list[KVCacheBlock] = []
         to_tail: list[KVCacheBlock] = []
         for b in ids:
@@ -209,7 +212,7 @@ class ReferenceBlockPool(PoolShell):
 
     def _core_unpin(self, ids: tuple[int, ...]) -> None:
         """Spec: ``ops.unpin_blocks``. Release, register watchers, zeros to the tail. O(len)."""
-        _raise_if(pre.unpin_blocks_rejection(self, ids))
+        _raise_if(pre.unpin_blocks_rejection(self.state_view, ids))
         released: list[KVCacheBlock] = []
         for b in ids:
             block = self.blocks[b]
@@ -226,7 +229,7 @@ class ReferenceBlockPool(PoolShell):
         self, block_hash: bytes, group_ids: tuple[int, ...]
     ) -> list[int] | None:
         """Spec: ``ops.get_cached_block``. One block per group, all or nothing. Pure, O(groups)."""
-        _raise_if(pre.get_cached_block_rejection(self, block_hash, group_ids))
+        _raise_if(pre.get_cached_block_rejection(self.state_view, block_hash, group_ids))
         cached_blocks: list[int] = []
         for g in group_ids:
             block = self.cached_block_hash_to_block.get_one_block(pack_key(block_hash, g))
@@ -251,7 +254,7 @@ class ReferenceBlockPool(PoolShell):
         """
         _raise_if(
             pre.cache_full_blocks_rejection(
-                self, hashes, ids, num_cached, num_full, block_size, group_id, mask
+                self.state_view, hashes, ids, num_cached, num_full, block_size, group_id, mask
             )
         )
         if num_cached >= num_full:
@@ -296,7 +299,7 @@ class ReferenceBlockPool(PoolShell):
         """Spec: ``ops.cache_partial_block``. A prefix entry ending inside the block. O(keys)."""
         _raise_if(
             pre.cache_partial_block_rejection(
-                self, hashes, block_id, num_tokens, group_id, block_size
+                self.state_view, hashes, block_id, num_tokens, group_id, block_size
             )
         )
         block = self.blocks[block_id]
@@ -324,7 +327,7 @@ class ReferenceBlockPool(PoolShell):
 
     def _core_move_block_hashes(self, src: int, dst: int) -> None:
         """Spec: ``ops.move_block_hashes``. ``dst`` takes over every key of ``src``; no events."""
-        _raise_if(pre.move_block_hashes_rejection(self, src, dst))
+        _raise_if(pre.move_block_hashes_rejection(self.state_view, src, dst))
         src_block, dst_block = self.blocks[src], self.blocks[dst]
         tokens = src_block.block_hash_num_tokens
         for key in self._remove_cached_block_hashes(src_block):
@@ -333,7 +336,7 @@ class ReferenceBlockPool(PoolShell):
 
     def _core_evict_blocks(self, ids: tuple[int, ...]) -> tuple[EventRecord, ...]:
         """Spec: ``ops.evict_blocks``. Drop each block's keys; ref and queue kept. O(len)."""
-        _raise_if(pre.evict_blocks_rejection(self, ids))
+        _raise_if(pre.evict_blocks_rejection(self.state_view, ids))
         records: list[EventRecord] = []
         for b in ids:
             self._maybe_evict_cached_block(self.blocks[b], records)
@@ -363,7 +366,9 @@ class ReferenceBlockPool(PoolShell):
     ) -> tuple[EventRecord, ...]:
         """Spec: ``ops.emit_cached_block_events``. Report positions ``0…n-1`` as stored. O(n)."""
         _raise_if(
-            pre.emit_cached_block_events_rejection(self, hashes, num_cached, block_size, group_id)
+            pre.emit_cached_block_events_rejection(
+                self.state_view, hashes, num_cached, block_size, group_id
+            )
         )
         if num_cached == 0 or not self.enable_kv_cache_events:
             return ()
@@ -383,7 +388,7 @@ class ReferenceBlockPool(PoolShell):
 
     def _core_is_block_writable(self, block_id: int) -> bool:
         """Spec: ``ops.is_block_writable``. Not null, one holder, no key. O(1)."""
-        _raise_if(pre.is_block_writable_rejection(self, block_id))
+        _raise_if(pre.is_block_writable_rejection(self.state_view, block_id))
         block = self.blocks[block_id]
         return not block.is_null and block.ref_cnt == 1 and block.block_hash is None
 

@@ -16,6 +16,7 @@ a quarter of the time, so this way its symbolic arguments are valid far more oft
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import TypeGuard
 
 from kvpool.errors import (
@@ -30,7 +31,7 @@ from kvpool.errors import (
     NullBlockMisuse,
 )
 from kvpool.keys import is_valid_group_id
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState, keys_of_block
+from kvpool.spec.state import NULL_BLOCK_ID, PoolView, keys_of_block
 
 
 def is_count(value: object) -> TypeGuard[int]:
@@ -38,7 +39,7 @@ def is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def bad_block_id(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def bad_block_id(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     """The first id outside ``[0, num_blocks)``, as an error."""
     for b in block_ids:
         if b < 0 or b >= state.num_blocks:
@@ -52,7 +53,7 @@ def bad_group_id(group_id: object) -> KvPoolError | None:
     return None
 
 
-def bad_block_size(state: PoolState, block_size: object) -> KvPoolError | None:
+def bad_block_size(state: PoolView, block_size: object) -> KvPoolError | None:
     hbs = state.hash_block_size
     if not is_count(block_size) or block_size == 0 or block_size % hbs != 0:
         return InvalidArgument(
@@ -61,7 +62,7 @@ def bad_block_size(state: PoolState, block_size: object) -> KvPoolError | None:
     return None
 
 
-def over_release(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def over_release(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     """A block released more times in this batch than it has references (null excluded)."""
     releases: Counter[int] = Counter()
     for b in block_ids:
@@ -78,7 +79,7 @@ def over_release(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | 
     return None
 
 
-def get_new_blocks_rejection(state: PoolState, num_blocks: object) -> KvPoolError | None:
+def get_new_blocks_rejection(state: PoolView, num_blocks: object) -> KvPoolError | None:
     if not is_count(num_blocks):
         return InvalidArgument(f"num_blocks must be a non-negative int, got {num_blocks!r}")
     if num_blocks > len(state.free_queue):
@@ -86,17 +87,17 @@ def get_new_blocks_rejection(state: PoolState, num_blocks: object) -> KvPoolErro
     return None
 
 
-def touch_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def touch_rejection(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     # A non-null block with ref 0 is always queued (invariant 5), so NotQueued cannot arise
     # for a local id; vLLM's mid-batch RuntimeError has no id-based counterpart.
     return bad_block_id(state, block_ids)
 
 
-def free_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def free_blocks_rejection(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     return bad_block_id(state, block_ids) or over_release(state, block_ids)
 
 
-def unpin_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def unpin_blocks_rejection(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     error = bad_block_id(state, block_ids)
     if error:
         return error
@@ -106,7 +107,7 @@ def unpin_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPo
 
 
 def get_cached_block_rejection(
-    state: PoolState, block_hash: object, group_ids: tuple[int, ...]
+    state: PoolView, block_hash: object, group_ids: Sequence[int]
 ) -> KvPoolError | None:
     if not isinstance(block_hash, bytes):
         return InvalidArgument(f"block_hash must be bytes, got {type(block_hash).__name__}")
@@ -120,7 +121,7 @@ def get_cached_block_rejection(
 
 
 def hashes_at_block_size(
-    state: PoolState, block_hashes: tuple[bytes, ...], block_size: int
+    state: PoolView, block_hashes: tuple[bytes, ...], block_size: int
 ) -> tuple[bytes, ...]:
     """The request's hashes at ``block_size`` granularity (the coarse view, §1)."""
     ratio = block_size // state.hash_block_size
@@ -130,9 +131,9 @@ def hashes_at_block_size(
 
 
 def cache_full_blocks_rejection(
-    state: PoolState,
-    block_hashes: tuple[bytes, ...],
-    block_ids: tuple[int, ...],
+    state: PoolView,
+    block_hashes: Sequence[bytes],
+    block_ids: Sequence[int],
     num_cached: object,
     num_full: object,
     block_size: object,
@@ -191,8 +192,8 @@ def cache_full_blocks_rejection(
 
 
 def cache_partial_block_rejection(
-    state: PoolState,
-    block_hashes: tuple[bytes, ...],
+    state: PoolView,
+    block_hashes: Sequence[bytes],
     block_id: int,
     num_tokens: object,
     group_id: object,
@@ -219,7 +220,7 @@ def cache_partial_block_rejection(
     return None
 
 
-def move_block_hashes_rejection(state: PoolState, src: int, dst: int) -> KvPoolError | None:
+def move_block_hashes_rejection(state: PoolView, src: int, dst: int) -> KvPoolError | None:
     if not state.enable_caching:
         return CachingDisabled("move_block_hashes on a pool with caching disabled")
     error = bad_block_id(state, (src, dst))
@@ -237,17 +238,17 @@ def move_block_hashes_rejection(state: PoolState, src: int, dst: int) -> KvPoolE
     return None
 
 
-def is_block_writable_rejection(state: PoolState, block_id: int) -> KvPoolError | None:
+def is_block_writable_rejection(state: PoolView, block_id: int) -> KvPoolError | None:
     return bad_block_id(state, (block_id,))
 
 
-def evict_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def evict_blocks_rejection(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     return bad_block_id(state, block_ids)
 
 
 def emit_cached_block_events_rejection(
-    state: PoolState,
-    block_hashes: tuple[bytes, ...],
+    state: PoolView,
+    block_hashes: Sequence[bytes],
     num_cached: object,
     block_size: object,
     group_id: object,

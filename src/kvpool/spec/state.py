@@ -20,7 +20,9 @@ arbitrary states and the spec's operations can be pure functions ``state -> stat
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
+from typing import Protocol
 
 NULL_BLOCK_ID = 0
 """Block 0 is the null block: a placeholder for skipped positions, never handed out."""
@@ -64,12 +66,35 @@ def initial_state(
     )
 
 
-def keys_of_block(state: PoolState, block_id: int) -> tuple[bytes, ...]:
+class PoolView(Protocol):
+    """The reads the preconditions make. A :class:`PoolState` is one; a backend with another
+    representation (the reference's object graph) offers a live view and so runs the spec's
+    own checks instead of a copy of them."""
+
+    @property
+    def num_blocks(self) -> int: ...
+    @property
+    def enable_caching(self) -> bool: ...
+    @property
+    def hash_block_size(self) -> int: ...
+    @property
+    def ref_cnt(self) -> Sequence[int]: ...
+    @property
+    def primary_key(self) -> Sequence[bytes | None]: ...
+    @property
+    def primary_tokens(self) -> Sequence[int | None]: ...
+    @property
+    def secondary_keys(self) -> Mapping[int, Iterable[bytes]]: ...
+    @property
+    def free_queue(self) -> Sized: ...
+
+
+def keys_of_block(state: PoolView, block_id: int) -> tuple[bytes, ...]:
     """All keys a block carries: primary first, then secondaries in insertion order."""
     primary = state.primary_key[block_id]
     if primary is None:
         return ()
-    return (primary,) + state.secondary_keys.get(block_id, ())
+    return (primary, *state.secondary_keys.get(block_id, ()))
 
 
 def is_free(state: PoolState, block_id: int) -> bool:
