@@ -72,6 +72,25 @@ def hash_args(draw, m):
     return buf, np.array([len(h) for h in hashes], dtype=np.int64)
 
 
+def step_plan(draw) -> tuple:
+    """A ``run_step`` plan, its released ids and hashes: mostly well formed, sometimes not."""
+    plan, total = [0, draw(st.integers(-1, 4)), 0], 0
+    for _ in range(draw(st.integers(0, 3))):
+        count = draw(st.integers(0, 3))  # 0 is malformed
+        plan += [draw(st.integers(-1, 4)), count]
+        plan += [draw(st.integers(-2, N + 1)) for _ in range(count)]
+        plan[0] += 1
+        total += count
+    tables = draw(st.lists(st.lists(st.integers(-1, N), max_size=4), max_size=3))
+    plan[2] = len(tables)
+    plan += [len(t) for t in tables]
+    freed = np.array([b for t in tables for b in t], dtype=np.int64)
+    buf, lens = hash_args(draw, total)
+    if draw(st.integers(0, 9)) == 0:  # a truncated plan
+        plan = plan[: draw(st.integers(0, len(plan)))]
+    return np.array(plan, dtype=np.int64), freed, buf, lens
+
+
 def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     """Arguments of kernel ``name`` over the array dict ``a`` (fresh per call)."""
     draw = data.draw
@@ -110,6 +129,18 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         n = draw(st.integers(0, 4))
         return (*index, a["out"], cand, num_old, draw(st.integers(0, 2)), mask, buf, lens, n,
                 *tail, draw(st.booleans()))
+    if name == "admit_request":
+        buf, lens = hash_args(draw, draw(st.integers(0, 5)))
+        # A memo of (key row, generation) pairs: often a real row, sometimes stale or junk.
+        memo = np.array([[draw(st.integers(-1, 9)) for _ in range(N)],
+                         [draw(st.integers(0, 2)) for _ in range(N)]], dtype=np.int64)
+        return (*index, a["out"], memo, buf, lens, draw(st.integers(-1, 6)),
+                draw(st.integers(-1, 7)), draw(st.integers(-1, 6)), draw(st.integers(-1, N + 2)),
+                draw(st.sampled_from([1, 2])), draw(st.integers(0, 1)), draw(st.integers(-1, 6)),
+                draw(st.booleans()), events_on)
+    if name == "run_step":
+        return (*index, a["out"], *step_plan(draw), draw(st.sampled_from([1, 2])),
+                draw(st.integers(0, 1)), draw(st.booleans()), events_on)
     if name == "cache_partial_block":
         buf, _ = hash_args(draw, 1)
         return (*index, draw(small), buf, draw(st.integers(0, 6)), draw(st.integers(0, 1)),

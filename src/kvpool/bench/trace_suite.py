@@ -5,6 +5,8 @@ after one warm-up replay of a tiny trace (:func:`kvpool.workload.simulate.warm_u
 as ``warmup_s``). Figures: ``pool_s`` and ``wall_s`` (medians), and the replay's decisions
 ``blocks_allocated``, ``hit_rate``, ``evictions``, ``requests``, ``pool_calls``, which must
 be identical across runs and backends: a difference raises :class:`ReplayDivergence`.
+Per pool verb of the replay (``admit``, ``step``, ``get_usage``): ``<verb>_calls`` and
+``<verb>_us_per_call``, where the pool time goes (no ratio: ``pool_s`` is the figure).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def run_trace(config: BenchConfig) -> dict[str, dict[str, list[float]]]:
             figures = samples[backend]
             for name in ("pool_s", "wall_s", *DECISION_FIGURES):
                 figures.setdefault(name, []).append(getattr(report, name))
+            for verb, calls in report.verb_calls.items():
+                figures.setdefault(f"{verb}_calls", []).append(calls)
+                figures.setdefault(f"{verb}_us_per_call", []).append(
+                    report.verb_s[verb] / calls * 1e6)
     return samples
 
 

@@ -3,7 +3,8 @@
 Layers, one concern each: :mod:`~kvpool.fast.kernels` (plain functions over arrays, the only
 compiled code), :mod:`~kvpool.fast.compiled` (compiles them once), :mod:`~kvpool.fast.state`
 (owns the arrays), :mod:`~kvpool.fast.pool` (:class:`FastBlockPool`, argument conversion and
-typed errors) and :mod:`~kvpool.fast.integrity` (structural self-check, a testing aid).
+typed errors), :mod:`~kvpool.fast.verbs` (the batch verbs of :mod:`kvpool.batch`, one kernel
+call each) and :mod:`~kvpool.fast.integrity` (structural self-check, a testing aid).
 Importing this package without numba raises ``ImportError``, which
 :func:`kvpool.make_pool` reports as ``BackendUnavailable``.
 """

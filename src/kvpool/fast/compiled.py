@@ -77,6 +77,15 @@ SIGNATURES: dict[str, tuple] = {
         (*_INDEX, _i64, _i64, _int, _int, _u8, _u8, _i64, _int, _int, _int, _int, _bool, _bool,
          _bool),
     ),
+    "admit_request": (
+        _int,
+        (*_INDEX, _i64, _i64_2d, _u8, _i64, _int, _int, _int, _int, _int, _int, _int, _bool,
+         _bool),
+    ),
+    "run_step": (
+        _int,
+        (*_INDEX, _i64, _i64, _i64, _u8, _i64, _int, _int, _bool, _bool),
+    ),
     "cache_partial_block": (_int, (*_INDEX, _int, _u8, _int, _int, _bool, _bool)),
     "move_block_hashes": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i64, _int, _int)),
     "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _bool)),

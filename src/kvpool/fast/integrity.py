@@ -98,8 +98,9 @@ def block_chains_are_consistent(st: FastState) -> tuple:
 
 
 def key_rows_are_consistent(st: FastState) -> tuple:
-    """Live key rows have non-empty mutual chains of their own entries and a hash equal to
-    the hash of their bytes; no row is pending between calls; counters match."""
+    """Live key rows have non-empty mutual chains of their own entries, the block of their
+    head entry and a hash equal to the hash of their bytes; no row is pending between calls;
+    counters match."""
     high = int(st.meta[k.M_KEY_HIGH])
     bad, live, total = [], 0, 0
     for kid in range(high):
@@ -116,7 +117,7 @@ def key_rows_are_consistent(st: FastState) -> tuple:
                 break
             prev, e = e, int(st.ent[e, k.E_KNEXT])
             total += 1
-        if st.keys[kid, k.K_TAIL] != prev:
+        if st.keys[kid, k.K_TAIL] != prev or st.keys[kid, k.K_BLOCK] != st.ent[head, k.E_BLOCK]:
             bad.append(kid)
         length = int(st.keys[kid, k.K_LEN])
         row = st.key_bytes[kid]

@@ -26,10 +26,13 @@ head and tail sentinels):
     chain (insertion order: the head is the earliest surviving block, what a lookup returns),
     ``E_BNEXT`` the block's chain (primary first, then secondaries in insertion order; also
     the free-row list).
-``keys`` int64 [K, 4] + ``key_bytes`` uint8 [K, stride] — one row per distinct key
+``keys`` int64 [K, 6] + ``key_bytes`` uint8 [K, stride] — one row per distinct key
     ``K_HASH`` 63-bit hash of the packed key, ``K_LEN`` its length, ``K_HEAD``/``K_TAIL`` its
-    entry chain. ``K_HEAD`` = -1 marks a free row (``K_TAIL`` then links the free list), -2 a
-    row removed during this call whose bytes an event still needs (released after decoding).
+    entry chain, ``K_BLOCK`` the block of its head entry (what a lookup returns, kept in the
+    row so that a hit reads no entry row), ``K_GEN`` how many keys the row has held (a row
+    id plus its generation names one key for as long as that key lives). ``K_HEAD`` = -1
+    marks a free row (``K_TAIL`` then links the free list), -2 a row removed during this call
+    whose bytes an event still needs (released after decoding).
     ``key_bytes[k, :K_LEN]`` = hash bytes ‖ group id (4 bytes big-endian), i.e. the packed key.
 ``table`` int32 [T] (T a power of two)
     open addressing, linear probing, key ids (-1 = empty); deletion shifts later entries back,
@@ -45,8 +48,8 @@ memory is paid per *distinct key* and per *(key, block) pair*, only as they appe
 double on demand). A key is stored once however many blocks carry it (duplicates cost one
 20-byte entry row each), in a fixed-stride row so that a freed row is reused as is; the stride
 is the longest key seen (36 for SHA-256 keys, 20 for xxh3-128), grown if a longer one comes.
-A fully cached pool with distinct 36-byte keys adds about 20 + 32 + 36 + 8 (table at load
-<= 1/2) = 96 bytes per block, up to twice that right after a doubling. Limits: ids and
+A fully cached pool with distinct 36-byte keys adds about 20 + 48 + 36 + 8 (table at load
+<= 1/2) = 112 bytes per block, up to twice that right after a doubling. Limits: ids and
 ref counts are int32 (N < 2**31 - 2; 2**31 - 1 holders per block).
 """
 
@@ -61,8 +64,8 @@ TOKENS, WATCH = 0, 1
 BLK64_COLS = 2
 E_KEY, E_BLOCK, E_KPREV, E_KNEXT, E_BNEXT = 0, 1, 2, 3, 4
 ENT_COLS = 5
-K_HASH, K_LEN, K_HEAD, K_TAIL = 0, 1, 2, 3
-KEY_COLS = 4
+K_HASH, K_LEN, K_HEAD, K_TAIL, K_BLOCK, K_GEN = 0, 1, 2, 3, 4, 5
+KEY_COLS = 6
 KEY_FREE_ROW, KEY_PENDING_ROW = -1, -2
 EV_KIND, EV_PAYLOAD, EV_SEQ = 0, 1, 2
 EV_COLS = 3
@@ -96,6 +99,7 @@ ERR_DST_KEYED = 8
 ERR_ARGUMENT = 9  # negative count or malformed shapes (the shell checks these first)
 ERR_CAPACITY = 10  # the state did not grow an array first: a bug, never user input
 NEED_FULL = 11  # the lean allocation path declines; use the full kernel
+REFUSED = 12  # admit_request: the admission test failed (not an error; nothing changed)
 
 EV_REMOVED, EV_STORED, EV_PARTIAL, EV_CLEARED = 1, 2, 3, 4
 
@@ -262,10 +266,12 @@ def _new_key(keys, key_bytes, table, meta, buf, off, length, group, h):
         kid = meta[M_KEY_HIGH]
         meta[M_KEY_HIGH] = kid + 1
     meta[M_KEY_USED] += 1
+    keys[kid, K_GEN] += 1
     keys[kid, K_HASH] = h
     keys[kid, K_LEN] = length + 4
     keys[kid, K_HEAD] = -1
     keys[kid, K_TAIL] = -1
+    keys[kid, K_BLOCK] = -1
     for i in range(length):
         key_bytes[kid, i] = buf[off + i]
     for j in range(4):
@@ -339,6 +345,7 @@ def _add_entry(blk, blk64, ent, keys, meta, kid, b, units):
     ent[e, E_BNEXT] = -1
     if last == -1:
         keys[kid, K_HEAD] = e
+        keys[kid, K_BLOCK] = b
     else:
         ent[last, E_KNEXT] = e
     keys[kid, K_TAIL] = e
@@ -359,6 +366,7 @@ def _unlink_from_key(ent, keys, e):
     q = ent[e, E_KNEXT]
     if p == -1:
         keys[kid, K_HEAD] = q
+        keys[kid, K_BLOCK] = -1 if q == -1 else ent[q, E_BLOCK]
     else:
         ent[p, E_KNEXT] = q
     if q == -1:
@@ -698,7 +706,7 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
                             _hash_key(buf, off, length, g))
             if kid == -1:
                 return OK
-            out[j, i] = ent[keys[kid, K_HEAD], E_BLOCK]
+            out[j, i] = keys[kid, K_BLOCK]
         off += length
         meta[M_RESULT] = i + 1
     return OK
@@ -756,8 +764,9 @@ def _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask)
 
 
 def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
-                      lens, num_cached, ratio, group, use_mask, events_on):
-    """Key every selected candidate (validated): promotion removals, then the new primary."""
+                      lens, num_cached, ratio, group, use_mask, events_on, payload):
+    """Key every selected candidate (validated): promotion removals, then the new primary;
+    then one EV_STORED record carrying ``payload`` when ``events_on``."""
     off = 0
     for i in range(cand.shape[0]):
         b = cand[i]
@@ -772,7 +781,7 @@ def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, can
             _add_entry(blk, blk64, ent, keys, meta, kid, b, (num_cached + i + 1) * ratio)
         off += length
     if events_on:
-        _emit(events, meta, EV_STORED, cand.shape[0])
+        _emit(events, meta, EV_STORED, payload)
 
 
 def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
@@ -804,7 +813,7 @@ def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, can
     if not _room_for(ent, keys, key_bytes, table, meta, events, m, longest, events_on):
         return ERR_CAPACITY
     _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
-                      lens, num_cached, ratio, group, use_mask, events_on)
+                      lens, num_cached, ratio, group, use_mask, events_on, 0)
     return OK
 
 
@@ -865,7 +874,293 @@ def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, ou
     # No watcher is pending (checked above), so the fired buffer stays empty.
     _pop_front(blk, blk64, ent, keys, table, meta, events, out, out[:0], n, True, events_on)
     _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
-                      lens, num_cached, ratio, group, use_mask, events_on)
+                      lens, num_cached, ratio, group, use_mask, events_on, 0)
+    return OK
+
+
+# ===============================================================================================
+# Batch verbs (their definitions, as compositions of the verbs above: kvpool.batch)
+# ===============================================================================================
+
+MARK_POPPED = 1 << 30  # _check_releases: the block is among those the allocation pops
+STEP_LIMIT = 1 << 28  # bound on a step's candidates and released ids (MARK holds their counts)
+POSITION_LIMIT = 1 << 31  # bound on positions and ratios: their products fit int64
+
+
+def admit_request(blk, blk64, ent, keys, key_bytes, table, meta, events, out, memo, buf, lens,
+                  max_hit, num_blocks, num_full, reserve, ratio, group, known, caching,
+                  events_on):
+    """``kvpool.batch.admit``: lookup, admission test, touch the hits, allocate, cache.
+
+    buf/lens: the request's hashes at block granularity, back to back (at least ``num_full``
+    of them when ``caching``; the lookup reads at most ``max_hit``). out int64
+    [>= num_blocks] receives the table: the hits, then the new blocks. M_RESULT = number of
+    hits. memo int64 [2, >= num_blocks]: row and generation of the key each hit position
+    matched, written by the scan; its first ``known`` positions come from an earlier scan of
+    the same hashes in the same group, and a position whose key row still holds that
+    generation is a hit without probing (the key is the same, still live). Returns OK,
+    REFUSED (``new + evictable hits + reserve > free``: nothing changed),
+    NEED_FULL (a watcher is pending: nothing changed, the caller runs the composition so
+    that callbacks fire in place), ERR_ARGUMENT or ERR_CAPACITY. The candidates of the cache
+    step are the blocks just allocated (ref 1, no key), so it cannot fail.
+    """
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    meta[M_RESULT] = 0
+    if (max_hit < 0 or num_full < 0 or reserve < 0 or max_hit > num_blocks
+            or num_full > num_blocks or num_blocks > out.shape[0] or ratio < 1
+            or ratio > POSITION_LIMIT or group < 0 or group > 0xFFFFFFFF
+            or memo.shape[0] != 2 or memo.shape[1] < num_blocks):
+        return ERR_ARGUMENT
+    q = lens.shape[0]
+    if (caching and num_full > q) or _hash_bytes_needed(buf, lens, q) < 0:
+        return ERR_ARGUMENT
+    if meta[M_NUM_WATCHERS] > 0:
+        return NEED_FULL
+    free = meta[M_NUM_FREE]
+    limit = min(max_hit, q) if caching else 0
+    # The test fails whatever the scan finds when even the best case (every position a
+    # held hit) fails, and fails as soon as the evictable hits found make it fail: the scan
+    # is pure, so stopping early is not observable. (Compared without forming sums: a huge
+    # reserve must not wrap around.)
+    if reserve > free or num_blocks - limit > free - reserve:
+        meta[M_RESULT] = min(known, limit)  # the memo is as it was
+        return REFUSED
+    h = 0
+    off = 0
+    evictable = 0
+    key_high = meta[M_KEY_HIGH]
+    while h < limit:
+        length = lens[h]
+        kid = memo[0, h] if h < known else -1
+        if not (0 <= kid < key_high and keys[kid, K_HEAD] >= 0
+                and keys[kid, K_GEN] == memo[1, h]):
+            known = 0  # from here on, probe
+            kid = _find_key(keys, key_bytes, table, buf, off, length, group,
+                            _hash_key(buf, off, length, group))
+            if kid == -1:
+                break
+            memo[0, h] = kid
+            memo[1, h] = keys[kid, K_GEN]
+        b = keys[kid, K_BLOCK]
+        out[h] = b
+        if blk[b, REF] == 0:
+            evictable += 1
+            if num_blocks - limit + evictable > free - reserve:
+                meta[M_RESULT] = h + 1
+                return REFUSED
+        off += length
+        h += 1
+    meta[M_RESULT] = h
+    num_new = num_blocks - h
+    if num_new + evictable > free - reserve:
+        return REFUSED
+    m = num_full - h if caching and num_full > h else 0
+    longest = 0
+    for i in range(h, h + m):
+        longest = max(longest, lens[i])
+    if not _room_for(ent, keys, key_bytes, table, meta, events, m, longest, events_on):
+        return ERR_CAPACITY
+    taken = 0
+    for i in range(h):
+        b = out[i]
+        if blk[b, REF] == 0:
+            _unlink(blk, b)
+            taken += 1
+        blk[b, REF] += 1
+    meta[M_NUM_FREE] -= taken
+    # No watcher is pending (checked above), so the fired buffer stays empty.
+    _pop_front(blk, blk64, ent, keys, table, meta, events, out[h:], out[:0], num_new, caching,
+               events_on)
+    if m > 0:
+        _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events,
+                          out[h:num_full], buf[:0], buf[off:], lens[h:num_full], h, ratio, group,
+                          False, events_on, 0)
+    return OK
+
+
+def _check_step_items(blk, blk64, plan, m, total, ratio):
+    """The candidate checks of each cache item of a step plan, in turn: ERR_DUPLICATE,
+    ERR_FREE_BLOCK, ERR_KEYED (ids are in range), each item seeing the keys that the earlier
+    items set. MARK holds ``2·(g+1)`` for the latest candidate ``g`` that keyed the block,
+    plus bit 1 while the block is seen in the current item; cleared before returning."""
+    units = np.empty(total, np.int64)
+    code = OK
+    pos = 3
+    g0 = 0
+    for _ in range(m):
+        c = plan[pos]
+        count = plan[pos + 1]
+        for x in range(count):
+            b = plan[pos + 2 + x]
+            if b == 0:
+                continue
+            mark = blk[b, MARK]
+            if mark & 1:
+                code = ERR_DUPLICATE
+            elif blk[b, REF] == 0:
+                code = ERR_FREE_BLOCK
+            else:
+                prev = (mark >> 1) - 1
+                if prev >= 0:
+                    current = units[prev]
+                elif blk[b, FIRST] != -1:
+                    current = blk64[b, TOKENS]
+                else:
+                    current = -1
+                if current >= (c + x + 1) * ratio:
+                    code = ERR_KEYED
+            if code != OK:
+                break
+            blk[b, MARK] = mark | 1
+        if code != OK:
+            break
+        for x in range(count):
+            b = plan[pos + 2 + x]
+            if b != 0:
+                units[g0 + x] = (c + x + 1) * ratio
+                blk[b, MARK] = 2 * (g0 + x + 1)
+        pos += 2 + count
+        g0 += count
+    pos = 3
+    for _ in range(m):
+        count = plan[pos + 1]
+        for x in range(count):
+            blk[plan[pos + 2 + x], MARK] = 0
+        pos += 2 + count
+    return code
+
+
+def _check_releases(blk, freed, n):
+    """ERR_DOUBLE_FREE if releasing every id of ``freed`` (null skipped, ids in range) after
+    popping ``n`` blocks drops some block below zero, else OK. Releases in several tables add
+    up, so one count per block decides; a popped block counts one reference more. Uses MARK
+    (cleared before returning)."""
+    if freed.shape[0] == 0:
+        return OK
+    head = blk.shape[0] - 2
+    b = blk[head, NEXT]
+    for _ in range(n):
+        blk[b, MARK] = MARK_POPPED
+        b = blk[b, NEXT]
+    for i in range(freed.shape[0]):
+        if freed[i] != 0:
+            blk[freed[i], MARK] += 1
+    code = OK
+    for i in range(freed.shape[0]):
+        b = freed[i]
+        mark = blk[b, MARK]
+        ref = blk[b, REF] + (1 if mark & MARK_POPPED else 0)
+        if b != 0 and (mark & (MARK_POPPED - 1)) > ref:
+            code = ERR_DOUBLE_FREE
+    for i in range(freed.shape[0]):
+        blk[freed[i], MARK] = 0
+    b = blk[head, NEXT]
+    for _ in range(n):
+        blk[b, MARK] = 0
+        b = blk[b, NEXT]
+    return code
+
+
+def run_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, freed, buf,
+             lens, ratio, group, caching, events_on):
+    """``kvpool.batch.step``: cache each item, allocate ``n`` blocks, free each table reversed.
+
+    plan int64: ``[m, n, t]``, then per item ``num_cached, count, <count candidate ids>``
+    (count >= 1), then the ``t`` table lengths; freed int64: the tables back to back, each in
+    table order (released last entry first). buf/lens: one hash per candidate, in plan order.
+    out int64 [>= n] receives the new ids. Every check of the composition runs first, each
+    against the state the earlier parts leave; a failure returns ERR_BLOCK_ID, ERR_DUPLICATE,
+    ERR_FREE_BLOCK, ERR_KEYED, ERR_NO_FREE or ERR_DOUBLE_FREE with nothing changed (which
+    check failed first is for the caller to find). NEED_FULL: blocks to allocate while a
+    watcher is pending. One EV_STORED per item (payload: the item's index).
+    """
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    num_blocks = blk.shape[0] - 2
+    size = plan.shape[0]
+    if size < 3 or ratio < 1 or ratio > POSITION_LIMIT or group < 0 or group > 0xFFFFFFFF:
+        return ERR_ARGUMENT
+    m = plan[0]
+    n = plan[1]
+    t = plan[2]
+    if m < 0 or n < 0 or t < 0 or (m > 0 and not caching):
+        return ERR_ARGUMENT
+    pos = 3
+    total = 0
+    for _ in range(m):
+        if pos + 2 > size:
+            return ERR_ARGUMENT
+        c = plan[pos]
+        count = plan[pos + 1]
+        if c < 0 or c > POSITION_LIMIT or count < 1 or count > size - pos - 2:
+            return ERR_ARGUMENT
+        pos += 2 + count
+        total += count
+    if t != size - pos or total > STEP_LIMIT or freed.shape[0] > STEP_LIMIT:
+        return ERR_ARGUMENT
+    released = 0
+    for j in range(t):
+        if plan[pos + j] < 0:
+            return ERR_ARGUMENT
+        released += plan[pos + j]
+    if released != freed.shape[0] or lens.shape[0] != total:
+        return ERR_ARGUMENT
+    longest = _hash_bytes_needed(buf, lens, total)
+    if longest < 0:
+        return ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return ERR_NO_FREE
+    if n > out.shape[0]:
+        return ERR_CAPACITY
+    if n > 0 and meta[M_NUM_WATCHERS] > 0:
+        return NEED_FULL
+    item = 3
+    for _ in range(m):
+        count = plan[item + 1]
+        for x in range(item + 2, item + 2 + count):
+            if plan[x] < 0 or plan[x] >= num_blocks:
+                return ERR_BLOCK_ID
+        item += 2 + count
+    if _first_bad_id(freed, num_blocks) >= 0:
+        return ERR_BLOCK_ID
+    code = _check_step_items(blk, blk64, plan, m, total, ratio) if m > 0 else OK
+    if code == OK:
+        code = _check_releases(blk, freed, n)
+    if code != OK:
+        return code
+    if not _room_for(ent, keys, key_bytes, table, meta, events, total, longest, events_on):
+        return ERR_CAPACITY
+    # Removals: every entry live now or added by this call, at most once; one record per item.
+    if events_on and events.shape[0] < meta[M_ENT_USED] + total + m:
+        return ERR_CAPACITY
+    item = 3
+    g0 = 0
+    off = 0
+    for i in range(m):
+        c = plan[item]
+        count = plan[item + 1]
+        _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events,
+                          plan[item + 2 : item + 2 + count], buf[:0], buf[off:],
+                          lens[g0 : g0 + count], c, ratio, group, False, events_on, i)
+        for x in range(g0, g0 + count):
+            off += lens[x]
+        item += 2 + count
+        g0 += count
+    _pop_front(blk, blk64, ent, keys, table, meta, events, out, out[:0], n, caching, events_on)
+    start = 0
+    freed_count = 0
+    for j in range(t):
+        length = plan[pos + j]
+        cursor = num_blocks  # each free_blocks call starts its front batch at the head
+        for x in range(start + length - 1, start - 1, -1):
+            b = freed[x]
+            if b != 0:
+                cursor = _release(blk, b, caching, cursor)
+                if blk[b, REF] == 0:
+                    freed_count += 1
+        start += length
+    meta[M_NUM_FREE] += freed_count
     return OK
 
 
@@ -940,6 +1235,7 @@ def move_block_hashes(blk, blk64, ent, keys, meta, src, dst):
         ent[e, E_KNEXT] = -1
         if last == -1:
             keys[kid, K_HEAD] = e
+            keys[kid, K_BLOCK] = dst
         else:
             ent[last, E_KNEXT] = e
         keys[kid, K_TAIL] = e

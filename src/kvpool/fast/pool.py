@@ -14,9 +14,9 @@ Beyond the protocol:
 
 * :meth:`FastBlockPool.get_new_blocks_array` — the ids as a fresh int64 array (pass it back to
   ``free_blocks``/``touch``: no Python list on either side);
-* :meth:`FastBlockPool.find_longest_cache_hit` and :meth:`FastBlockPool.allocate_and_cache` —
-  a request's lookup, or its allocation + caching, in one kernel call; their definitions (and
-  generic versions for any pool) are in :mod:`kvpool.batch`;
+* the batch verbs of :mod:`kvpool.batch` (``find_longest_cache_hit``, ``admit``, ``step``,
+  ``cache_full_blocks_batch``, ``free_tables``, ``allocate_and_cache``), one kernel call each
+  (:mod:`kvpool.fast.verbs`), and ``observe()`` for their generic checks;
 * :meth:`FastBlockPool.check_invariants`, :meth:`FastBlockPool.memory_bytes`.
 """
 
@@ -42,8 +42,9 @@ from kvpool.errors import (
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.fast.state import FastState
+from kvpool.fast.verbs import FastBatchVerbs
 from kvpool.keys import MAX_GROUP_ID, pack_key
-from kvpool.shell import PoolConfig, PoolShell, as_mask
+from kvpool.shell import PoolConfig, PoolShell
 from kvpool.spec import preconditions as pre
 from kvpool.spec.records import (
     ClearedRecord,
@@ -66,7 +67,7 @@ class _Dims:
     hash_block_size: int
 
 
-class FastBlockPool(PoolShell):
+class FastBlockPool(FastBatchVerbs, PoolShell):
     """The fast backend (see module docstring). ``jit=False`` runs the same kernels as plain
     Python (slow; for tests and debugging)."""
 
@@ -294,6 +295,13 @@ class FastBlockPool(PoolShell):
     def get_num_free_blocks(self) -> int:
         """Free blocks, cached candidates and unpinned blocks included. O(1)."""
         return self._meta.item(k.M_NUM_FREE)
+
+    def get_usage(self) -> float:
+        """``1 - free / (N - 1)``: cached candidates count as free. O(1)."""
+        total = self.num_gpu_blocks - 1
+        if not total:
+            return 0
+        return 1.0 - self._meta.item(k.M_NUM_FREE) / total
 
     # -- core: allocation and release -----------------------------------------------------
 
@@ -552,86 +560,3 @@ class FastBlockPool(PoolShell):
     def memory_bytes(self) -> int:
         """Bytes held by the pool's arrays (hash-index arrays grow as keys appear). O(1)."""
         return self._st.nbytes()
-
-    # -- batch verbs (generic twins in kvpool.batch) ----------------------------------------
-
-    def find_longest_cache_hit(self, block_hashes: Any, kv_cache_group_ids: Sequence[int],
-                               max_num_blocks: int | None = None) -> list[list[int]]:
-        """Blocks of the longest prefix of ``block_hashes`` cached in every group; see
-        :func:`kvpool.batch.find_longest_cache_hit`. One kernel call. O(hits · groups)."""
-        groups_t = tuple(kv_cache_group_ids)
-        hashes = batch.check_lookup_arguments(block_hashes, groups_t, max_num_blocks)
-        if isinstance(hashes, np.ndarray):
-            q, width = hashes.shape
-            buf = np.ascontiguousarray(hashes).reshape(-1)
-            lens = np.full(q, width, np.int64)
-        else:
-            q = len(hashes)
-            buf, lens, _ = hash_buffer(hashes)
-        groups, out = self._lookup_arrays(groups_t, q)
-        code = self._st.lookup(buf, lens, groups, out)
-        if code:
-            raise self._internal(code)
-        return out[:, : self._st.result()].tolist()
-
-    def allocate_and_cache(self, request: Any, blocks: Sequence[object], num_new_blocks: int,
-                           num_cached_blocks: int, num_full_blocks: int, block_size: int,
-                           kv_cache_group_id: int,
-                           block_mask: Sequence[object] | None = None) -> list[int]:
-        """Allocate a request's new blocks and key its full ones in one kernel call; see
-        :func:`kvpool.batch.allocate_and_cache`. Nothing changes when it raises.
-
-        With a metrics collector or a pending reuse watcher, the call is validated in one
-        kernel call and then runs the two verbs, so that callbacks fire between them exactly
-        as in the composition. O(new + candidates).
-        """
-        n = int(num_new_blocks) if isinstance(num_new_blocks, np.integer) else num_new_blocks
-        error = batch.allocation_rejection(n, self._st.num_free())
-        if error:
-            raise error
-        hashes = request.block_hashes
-        if not isinstance(hashes, (list, tuple)):
-            hashes = tuple(hashes)
-        table = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
-        mask = as_mask(block_mask)
-        num_cached, num_full = num_cached_blocks, num_full_blocks
-        ratio = self._cache_arguments(hashes, len(table) + n, num_cached, num_full, block_size,
-                                      kv_cache_group_id, mask)
-        # After the argument checks and element by element, as the composition converts
-        # ``[*blocks, *new]`` (a list of plain ints needs no conversion).
-        if type(table) is list and (not table or set(map(type, table)) == _INT_ONLY):
-            old = table
-        else:
-            old = self._local_ids(table)
-        if not ratio:
-            return self.get_new_blocks(n)
-        lean = self.metrics_collector is None and not self._st.num_watchers()
-        old_cand = old[num_cached:num_full]
-        cand = np.empty(num_full - num_cached, np.int64)
-        try:
-            cand[: len(old_cand)] = old_cand
-        except OverflowError:
-            raise self._first_bad_id(old_cand) from None
-        first_new = max(0, num_cached - len(old))
-        selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
-        buf, lens, max_len = hash_buffer(selected)
-        mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
-        code = self._st.allocate_and_cache(n, cand, len(old_cand), first_new, mask_arr, buf,
-                                           lens, max_len, num_cached, ratio, kv_cache_group_id,
-                                           not lean)
-        if code:
-            raise self._candidate_error(code, cand, num_cached, block_size)
-        if not lean:  # validated: now the verbs themselves, callbacks in between
-            snapshot = list(old)  # as the composition's copy: a watcher may edit ``blocks``
-            new = self.get_new_blocks(n)
-            self.cache_full_blocks(request, [*snapshot, *new], num_cached, num_full,
-                                   block_size, kv_cache_group_id, mask)
-            return new
-        new = self._out[:n].tolist()
-        if self.enable_kv_cache_events:
-            self._events.record(
-                self._records(stored=self._stored(selected, cand.tolist(), mask, num_cached,
-                                                  num_full, block_size, kv_cache_group_id)),
-                request,
-            )
-        return new

@@ -58,10 +58,12 @@ class FastState:
         self.out = self._alloc((n,), np.int64)  # result scratch: allocated ids, queue order
         rows = max(1, int(initial_rows))
         self.ent = self._alloc((rows, k.ENT_COLS), np.int32)
-        self.keys = self._alloc((rows, k.KEY_COLS), np.int64)
+        self.keys = self._alloc((rows, k.KEY_COLS), np.int64, fill=0)  # K_GEN counts from 0
         self.key_bytes = self._alloc((rows, INITIAL_STRIDE), np.uint8)
         self.table = self._alloc((2 * rows,), np.int32, fill=-1)
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
+        self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
+        self._batch: tuple[Any, Any] | None = None  # _batch_kernels(), likewise
         self.no_ids = np.empty(0, np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
@@ -125,6 +127,7 @@ class FastState:
                 and max_len + 4 <= self.key_bytes.shape[1]
                 and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
             return  # the common case: room everywhere
+        self._idx = self._batch = None
         if self.ent.shape[0] - ent_used < pairs:
             self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
         if self.keys.shape[0] - key_used < pairs:
@@ -143,12 +146,13 @@ class FastState:
             self.table = table
         self.reserve_events()
 
-    def reserve_events(self) -> None:
-        """Room for the records of one call: one per live entry, plus one."""
+    def reserve_events(self, extra: int = 0) -> None:
+        """Room for the records of one call: one per live entry, plus one (plus ``extra``)."""
         if self.enable_events:
-            need = self.meta.item(k.M_ENT_USED) + 2
+            need = self.meta.item(k.M_ENT_USED) + 2 + extra
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
+                self._idx = self._batch = None
 
     # -- operations (codes as the kernels return them) ---------------------------------------
 
@@ -173,8 +177,12 @@ class FastState:
         )
 
     def _index(self) -> tuple[np.ndarray, ...]:
-        return (self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table,
-                self.meta, self.events)
+        """The arrays every index kernel takes first (kept until one of them grows)."""
+        idx = self._idx
+        if idx is None:
+            idx = self._idx = (self.blk, self.blk64, self.ent, self.keys, self.key_bytes,
+                               self.table, self.meta, self.events)
+        return idx
 
     def cache_full(self, cand: np.ndarray, mask: np.ndarray | None, buf: np.ndarray,
                    lens: np.ndarray, num_cached: int, ratio: int, group: int,
@@ -196,6 +204,46 @@ class FastState:
             self.no_mask if mask is None else mask, buf, lens, n, num_cached, ratio, group,
             mask is not None, self.enable_events, dry_run,
         )
+
+    def _batch_kernels(self) -> tuple[Any, Any]:
+        """``admit_request`` and ``run_step`` with the index arrays and ``out`` bound: one
+        C-level call per verb (rebound when an array grows)."""
+        bound = self._batch
+        if bound is None:
+            idx, ks = self._index(), self.kernels
+            bound = self._batch = (partial(ks.admit_request, *idx, self.out),
+                                   partial(ks.run_step, *idx, self.out))
+        return bound
+
+    def admit(self, memo: np.ndarray, known: int, buf: np.ndarray, lens: np.ndarray,
+              max_len: int, max_hit: int, num_blocks: int, num_full: int, reserve: int,
+              ratio: int, group: int) -> int:
+        """``kernels.admit_request`` (the table lands in ``out``; M_RESULT = hits, or the
+        positions of ``memo`` still valid after a refusal).
+
+        The arrays are grown only when the kernel finds no room: it refuses before it
+        changes anything, so the call is simply repeated after growing.
+        """
+        args = (memo, buf, lens, max_hit, num_blocks, num_full, reserve, ratio, group, known,
+                self.enable_caching, self.enable_events)
+        code = self._batch_kernels()[0](*args)
+        if code == k.ERR_CAPACITY:
+            self.reserve(max(0, num_full), max_len)
+            code = self._batch_kernels()[0](*args)
+        return code
+
+    def step(self, plan: np.ndarray, freed: np.ndarray, buf: np.ndarray, lens: np.ndarray,
+             max_len: int, ratio: int, group: int) -> int:
+        """``kernels.run_step`` over a plan (its layout: the kernel's docstring); grows the
+        arrays and repeats the call when the kernel finds no room, as :meth:`admit`."""
+        args = (plan, freed, buf, lens, ratio, group, self.enable_caching, self.enable_events)
+        code = self._batch_kernels()[1](*args)
+        if code == k.ERR_CAPACITY:
+            pairs = lens.shape[0]
+            self.reserve(pairs, max_len)
+            self.reserve_events(pairs + int(plan[0]))  # promotions remove entries it adds
+            code = self._batch_kernels()[1](*args)
+        return code
 
     def cache_partial(self, b: int, buf: np.ndarray, units: int, group: int,
                       replace: bool) -> int:

@@ -4,6 +4,8 @@
 * :mod:`~kvpool.workload.synthetic` – the seeded chat-service trace;
 * :mod:`~kvpool.workload.tokens` – the tokens a replayed request generates;
 * :mod:`~kvpool.workload.driver` – the scheduler-shaped replay driver;
+* :mod:`~kvpool.workload.verbs` – the batch verbs it calls (the pool's own, or
+  :mod:`kvpool.batch`'s compositions);
 * :mod:`~kvpool.workload.simulate` – :func:`simulate`, what ``kvpool simulate`` runs.
 """
 

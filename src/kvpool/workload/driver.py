@@ -1,18 +1,17 @@
 """Replay a trace through one block pool, exactly as a scheduler drives it; time the pool.
 
 The driver is a small FCFS scheduler over a single full-attention KV cache group (group 0,
-``hash_block_size == block_size``). It uses only the :class:`~kvpool.protocol.BlockPool`
-verbs, so every backend sees the same call sequence and must make the same decisions. Each
-step runs three phases, in this order:
+``hash_block_size == block_size``). It drives the pool through the batch verbs of
+:mod:`kvpool.workload.verbs` — one call per step, one per admission attempt — so every
+backend sees the same calls and must make the same decisions. Each step runs three phases:
 
 1. **Decode.** Every running request appends its next generated token (one per step). A
    token that starts a new block needs a block: all of this step's needs are served by one
-   ``get_new_blocks(k)``, handed out in running order (the same blocks, in the same order, as
-   ``k`` single calls would give: nothing is freed in between). A token that fills a block
-   gets the block hashed and cached (``cache_full_blocks``), as vLLM caches blocks as they
-   fill.
+   allocation of ``k`` blocks, handed out in running order. A token that fills a block gets
+   the block hashed and cached, as vLLM caches blocks as they fill.
 2. **Finish.** A request that generated ``output_len`` tokens frees its table in *reverse*
-   order (tail first, so the least reusable block is evicted first), one call per request.
+   order (tail first, so the least reusable block is evicted first), one ``free_blocks``
+   per request.
 3. **Admit.** Waiting requests, in arrival order, up to ``max_running`` running. For the
    head of the queue: hash its prompt (once), find the longest run of cached blocks over
    its first ``(prompt_len - 1) // block_size`` blocks (the last prompt token is always
@@ -23,23 +22,25 @@ step runs three phases, in this order:
    everything behind it (FCFS head-of-line blocking); no preemption is needed because
    decode blocks are reserved at admission. An admitted request touches its hits, allocates
    the rest of its prompt blocks (evicting least recently freed cached blocks on the way,
-   lazily, inside ``get_new_blocks``) and caches its full prompt blocks (one
-   ``allocate_and_cache``).
+   lazily, inside the allocation) and caches its full prompt blocks.
+
+Phases 1 and 2 are one :func:`~kvpool.batch.step` call: cache the filled blocks, allocate,
+free the finished tables. Caching before allocating leaves the same state as the other way
+round (the blocks being cached are held, the allocation takes free ones); only the order of
+events differs. When a request's new block is also one the same step caches or frees
+(``block_size == 1``, or a request whose last token starts a block) the step is split in
+two calls, allocation first. Phase 3 is one :func:`~kvpool.batch.admit` per attempt.
 
 The driver keeps two mirrors of its own making: how many running requests hold each block
-(to tell evictable hits from held ones without reading pool internals) and which blocks it
-has cached since their last allocation. A block handed out by ``get_new_blocks`` that was
-cached is an **eviction**: its key left the prefix cache. Only allocation removes keys here,
-so this count equals the number of ``BlockRemoved`` events (a test checks that).
+and which blocks it has cached since their last allocation. A block handed out by an
+allocation that was cached is an **eviction**: its key left the prefix cache. Only
+allocation removes keys here, so this count equals the number of ``BlockRemoved`` events (a
+test checks that). Block tables are int64 arrays sized for the whole sequence, so that the
+pool reads them without converting element by element.
 
 **Time.** ``pool_s`` sums ``perf_counter`` deltas around each pool call (including two timer
-reads per call); ``wall_s`` is the whole replay, hashing and bookkeeping included. Neither
-includes building the pool.
-
-A new request's hit lookup and its allocate-then-cache are the batch verbs of
-:mod:`kvpool.workload.verbs`: one method call on pools that offer them (fast), the
-:mod:`kvpool.batch` composition of protocol verbs otherwise. The decisions are the same;
-each batch verb counts as one pool call.
+reads per call; a batch verb is one call); ``wall_s`` is the whole replay, hashing and
+bookkeeping included. Neither includes building the pool.
 """
 
 from __future__ import annotations
@@ -47,15 +48,17 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from kvpool.errors import InvalidConfig
 from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.request import Request
 from kvpool.workload.tokens import output_tokens
 from kvpool.workload.trace import TraceRequest, check_unique_ids
-from kvpool.workload.verbs import GROUP_IDS, allocate_and_cache_verb, longest_cache_hit_verb
+from kvpool.workload.verbs import GROUP_IDS, admit_verb, step_verb
 
 HASH_SEED = "kvpool-replay"
 """Explicit NONE_HASH seed: replays never read the environment and never warn."""
@@ -67,6 +70,8 @@ class SimulationReport:
 
     ``hit_rate`` is ``hit_tokens / prompt_tokens``; ``peak_usage`` the largest
     ``pool.get_usage()`` seen after a step (cached free blocks count as free).
+    ``verb_calls`` and ``verb_s`` split ``pool_calls`` and ``pool_s`` by verb (``admit``,
+    ``step``, ``get_usage``).
     """
 
     requests: int
@@ -86,8 +91,10 @@ class SimulationReport:
     decode_tokens: int = 0
     pool_calls: int = 0
     warmup_s: float = 0.0
+    verb_calls: dict[str, int] = field(default_factory=dict)
+    verb_s: dict[str, float] = field(default_factory=dict)
 
-    TIMING_FIELDS = ("pool_s", "wall_s", "warmup_s")
+    TIMING_FIELDS = ("pool_s", "wall_s", "warmup_s", "verb_s")
     JSON_FIELDS = (
         "requests",
         "prompt_tokens",
@@ -115,17 +122,23 @@ class SimulationReport:
 
 
 class _Running:
-    """A running request: its hashes, block table and decode progress."""
+    """A running request: its hashes, block table (``table[:length]``) and decode progress."""
 
-    __slots__ = ("generated", "num_cached", "output_len", "outputs", "request", "table")
+    __slots__ = ("generated", "length", "num_cached", "output_len", "outputs", "request",
+                 "table")
 
-    def __init__(self, request: Request, table: list[int], num_cached: int, output_len: int):
+    def __init__(self, request: Request, table: np.ndarray, length: int, num_cached: int,
+                 output_len: int):
         self.request = request
         self.table = table
+        self.length = length
         self.num_cached = num_cached
         self.output_len = output_len
         self.outputs = output_tokens(request.request_id, output_len)
         self.generated = 0
+
+    def blocks(self) -> np.ndarray:
+        return self.table[: self.length]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -186,6 +199,8 @@ def replay(
         steps=s.steps,
         decode_tokens=s.decode_tokens,
         pool_calls=s.pool_calls,
+        verb_calls=dict(s.verb_calls),
+        verb_s=dict(s.verb_s),
     )
 
 
@@ -198,8 +213,8 @@ class _Driver:
         self.max_running = max_running
         self.block_hasher = block_hasher
         self.caching = bool(pool.enable_caching)
-        self.longest_hit = longest_cache_hit_verb(pool)
-        self.allocate_and_cache = allocate_and_cache_verb(pool)
+        self.admit = admit_verb(pool)
+        self.step = step_verb(pool)
         self.held = [0] * pool.num_gpu_blocks  # running requests holding each block
         self.keyed = bytearray(pool.num_gpu_blocks)  # cached by us since last allocated
         self.reserved = 0  # decode blocks promised to running requests, not yet allocated
@@ -209,19 +224,19 @@ class _Driver:
         self.steps = self.pool_calls = 0
         self.pool_s = 0.0
         self.peak_usage = 0.0
+        self.verb_calls: dict[str, int] = {}
+        self.verb_s: dict[str, float] = {}
 
     # Every pool call goes through here, so pool_s covers exactly the pool.
-    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, verb: str, method: Callable[..., Any], *args: Any) -> Any:
         began = time.perf_counter()
         result = method(*args)
-        self.pool_s += time.perf_counter() - began
+        elapsed = time.perf_counter() - began
+        self.pool_s += elapsed
         self.pool_calls += 1
+        self.verb_calls[verb] = self.verb_calls.get(verb, 0) + 1
+        self.verb_s[verb] = self.verb_s.get(verb, 0.0) + elapsed
         return result
-
-    def _allocate(self, n: int) -> list[int]:
-        blocks = self._call(self.pool.get_new_blocks, n)
-        self._allocated(blocks)
-        return blocks
 
     def _allocated(self, blocks: list[int]) -> None:
         keyed, held = self.keyed, self.held
@@ -232,17 +247,8 @@ class _Driver:
             held[b] = 1
         self.blocks_allocated += len(blocks)
 
-    def _cache(self, entry: _Running, num_full: int) -> None:
-        if num_full <= entry.num_cached:
-            return  # the pool would do nothing (a prompt whose full blocks all hit)
-        self._call(
-            self.pool.cache_full_blocks,
-            entry.request, entry.table, entry.num_cached, num_full, self.bs, GROUP_IDS[0],
-        )
-        self._cached(entry, num_full)
-
     def _cached(self, entry: _Running, num_full: int) -> None:
-        for b in entry.table[entry.num_cached : num_full]:
+        for b in entry.table[entry.num_cached : num_full].tolist():
             self.keyed[b] = 1
         entry.num_cached = max(entry.num_cached, num_full)
 
@@ -255,54 +261,73 @@ class _Driver:
                 step = pending[0].arrival_step  # nothing to do until the next arrival
             while pending and pending[0].arrival_step <= step:
                 waiting.append((pending.popleft(), None))
-            changed = self._decode()
-            self._finish()
+            changed = self._decode_and_finish()
             changed = self._admit(waiting) or changed
             if changed:
-                self.peak_usage = max(self.peak_usage, self._call(self.pool.get_usage))
+                usage = self._call("get_usage", self.pool.get_usage)
+                self.peak_usage = max(self.peak_usage, usage)
             step += 1
             self.steps += 1
 
-    def _decode(self) -> bool:
+    def _decode_and_finish(self) -> bool:
+        """Phases 1 and 2 (see the module docstring); whether anything was allocated."""
         bs = self.bs
-        need_block: list[_Running] = []
+        need: list[_Running] = []
         filled: list[_Running] = []
+        finished: list[_Running] = []
+        still: list[_Running] = []
+        split = bs == 1  # a block that fills as it starts is cached after its allocation
         for entry in self.running:
-            if entry.generated == entry.output_len:
-                continue
-            request = entry.request
-            position = request.num_tokens  # where the new token's KV goes
-            request.output_token_ids.append(entry.outputs[entry.generated])
-            entry.generated += 1
-            self.decode_tokens += 1
-            if position % bs == 0:
-                need_block.append(entry)
-            if (position + 1) % bs == 0:
-                filled.append(entry)
-        if need_block:
-            blocks = self._allocate(len(need_block))
-            for entry, block in zip(need_block, blocks, strict=True):
-                entry.table.append(block)
-            self.reserved -= len(need_block)
+            if entry.generated < entry.output_len:
+                request = entry.request
+                position = request.num_tokens  # where the new token's KV goes
+                request.output_token_ids.append(entry.outputs[entry.generated])
+                entry.generated += 1
+                self.decode_tokens += 1
+                if position % bs == 0:
+                    need.append(entry)
+                    split = split or entry.generated == entry.output_len
+                if (position + 1) % bs == 0:
+                    filled.append(entry)
+            (finished if entry.generated == entry.output_len else still).append(entry)
+        self.running = still
+        if not (need or filled or finished):
+            return False
+        allocated = bool(need)
+        if split and need:
+            self._hand_out(need, self._call("step", self.step, (), len(need), (), bs,
+                                            GROUP_IDS[0]))
+            need = []
+        items = []
         if self.caching:
             for entry in filled:
                 request = entry.request
                 request.block_hashes.extend(self.block_hasher(request))
-                self._cache(entry, len(request.block_hashes))
-        return bool(need_block)
-
-    def _finish(self) -> None:
-        still: list[_Running] = []
+                num_full = len(request.block_hashes)
+                if num_full > entry.num_cached:  # else the pool would do nothing
+                    items.append((entry, num_full))
+        if items or need or finished:
+            new = self._call(
+                "step", self.step,
+                [(e.request, e.blocks(), e.num_cached, num_full) for e, num_full in items],
+                len(need), [e.blocks() for e in finished], bs, GROUP_IDS[0],
+            )
+            self._hand_out(need, new)
+        for entry, num_full in items:
+            self._cached(entry, num_full)
         held = self.held
-        for entry in self.running:
-            if entry.generated < entry.output_len:
-                still.append(entry)
-                continue
-            table = entry.table
-            self._call(self.pool.free_blocks, table[::-1])
-            for b in table:
+        for entry in finished:
+            for b in entry.blocks().tolist():
                 held[b] -= 1
-        self.running = still
+        return allocated
+
+    def _hand_out(self, need: list[_Running], blocks: list[int]) -> None:
+        """Decode blocks, one per needing request in running order."""
+        for entry, block in zip(need, blocks, strict=True):
+            entry.table[entry.length] = block
+            entry.length += 1
+        self.reserved -= len(need)
+        self._allocated(blocks)
 
     def _admit(self, waiting: deque[tuple[TraceRequest, Request | None]]) -> bool:
         admitted = False
@@ -315,39 +340,31 @@ class _Driver:
                     request.block_hashes.extend(self.block_hasher(request))
                 waiting[0] = (spec, request)
             prompt_len = len(spec.prompt)
-            hits: list[int] = []
-            if self.caching:
-                # At most (prompt_len - 1) // bs blocks: the last prompt token is recomputed.
-                hits = self._call(self.longest_hit, request.block_hashes, (prompt_len - 1) // bs)
-            evictable = sum(1 for b in hits if self.held[b] == 0)
             prompt_blocks = _cdiv(prompt_len, bs)
-            future = _cdiv(prompt_len + spec.output_len, bs) - prompt_blocks
-            new_blocks = prompt_blocks - len(hits)
-            free = self._call(self.pool.get_num_free_blocks)
-            if new_blocks + evictable + future + self.reserved > free:
+            total_blocks = _cdiv(prompt_len + spec.output_len, bs)
+            future = total_blocks - prompt_blocks
+            # At most (prompt_len - 1) // bs hits: the last prompt token is recomputed.
+            max_hit = (prompt_len - 1) // bs if self.caching else 0
+            num_full = prompt_len // bs if self.caching else 0
+            admitted_blocks = self._call("admit", self.admit, request, max_hit, prompt_blocks,
+                                         num_full, future + self.reserved, bs, GROUP_IDS[0])
+            if admitted_blocks is None:
                 if not self.running:
                     # replay() checked every request fits an empty pool; an empty pool that
                     # does not admit the head would loop for ever.
                     raise AssertionError(f"request {spec.id!r} does not fit an idle pool")
                 break
             waiting.popleft()
-            if hits:
-                # Hits are protected before anything is allocated, or the allocation could
-                # evict them (BEHAVIOUR.md invariant 25).
-                self._call(self.pool.touch, hits)
-                for b in hits:
-                    self.held[b] += 1
+            hits, new = admitted_blocks
+            for b in hits:
+                self.held[b] += 1
+            self._allocated(new)
+            table = np.empty(total_blocks, np.int64)
+            table[: len(hits)] = hits
+            table[len(hits) : prompt_blocks] = new
+            entry = _Running(request, table, prompt_blocks, len(hits), spec.output_len)
             if self.caching:
-                new = self._call(
-                    self.allocate_and_cache,
-                    request, hits, new_blocks, len(hits), prompt_len // bs, bs, GROUP_IDS[0],
-                )
-                self._allocated(new)
-                entry = _Running(request, hits + new, len(hits), spec.output_len)
-                self._cached(entry, prompt_len // bs)
-            else:
-                new = self._allocate(new_blocks) if new_blocks else []
-                entry = _Running(request, hits + new, 0, spec.output_len)
+                self._cached(entry, num_full)
             self.reserved += future
             self.running.append(entry)
             self.requests += 1

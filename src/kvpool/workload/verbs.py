@@ -1,10 +1,10 @@
-"""The two batch verbs a scheduler needs, taken from the pool when it has them.
+"""The batch verbs a replay needs, taken from the pool when it has them.
 
-A new request needs (1) its longest prefix-cache hit: blocks for ``hashes[0]``,
-``hashes[1]``, ... until the first miss (hashes are chained, so nothing after a miss can
-hit), and (2) its new blocks, allocated and then keyed. :mod:`kvpool.batch` defines both as
-compositions of the protocol verbs (``get_cached_block`` per block; ``get_new_blocks`` then
-``cache_full_blocks``); a pool may offer the same verbs as methods doing the work in one step
+A scheduler step needs (1) per new request, its admission: the longest prefix-cache hit, the
+admission test, and its blocks (:func:`kvpool.batch.admit`); and (2) per step, the caching
+of the blocks that filled, the decode allocation and the release of finished requests
+(:func:`kvpool.batch.step`). :mod:`kvpool.batch` defines each as a composition of protocol
+verbs; a pool may offer the same verb as a method doing the work in one step
 (``FastBlockPool`` does, one kernel call each) with the same results. These helpers pick the
 method when the pool has it and the composition otherwise, so a replay makes the same
 decisions on every backend.
@@ -25,10 +25,15 @@ LongestHit = Callable[[Sequence[bytes], int], list[int]]
 """``(hashes, max_num_blocks) -> hit block ids of group 0``."""
 
 
+def _verb(pool: Any, name: str) -> Callable[..., Any]:
+    """``pool.<name>`` if the pool has it, else ``kvpool.batch.<name>`` bound to ``pool``."""
+    method = getattr(pool, name, None)
+    return method if method is not None else partial(getattr(batch, name), pool)
+
+
 def longest_cache_hit_verb(pool: Any) -> LongestHit:
     """``(hashes, max_num_blocks) -> block ids`` of the all-hit prefix, for group 0."""
-    method = getattr(pool, "find_longest_cache_hit", None)
-    find = method if method is not None else partial(batch.find_longest_cache_hit, pool)
+    find = _verb(pool, "find_longest_cache_hit")
 
     def longest_hit(hashes: Sequence[bytes], max_num_blocks: int) -> list[int]:
         return find(hashes, GROUP_IDS, max_num_blocks)[0]
@@ -37,10 +42,32 @@ def longest_cache_hit_verb(pool: Any) -> LongestHit:
 
 
 def allocate_and_cache_verb(pool: Any) -> Callable[..., list[int]]:
-    """``pool.allocate_and_cache`` if the pool has it, else :func:`kvpool.batch.allocate_and_cache`
-    bound to ``pool``; same arguments, same result (the new block ids)."""
-    method = getattr(pool, "allocate_and_cache", None)
-    return method if method is not None else partial(batch.allocate_and_cache, pool)
+    """:func:`kvpool.batch.allocate_and_cache` for ``pool``; same arguments, same result."""
+    return _verb(pool, "allocate_and_cache")
 
 
-__all__ = ["GROUP_IDS", "allocate_and_cache_verb", "longest_cache_hit_verb"]
+def admit_verb(pool: Any) -> Callable[..., tuple[list[int], list[int]] | None]:
+    """:func:`kvpool.batch.admit` for ``pool``: ``(request, max_hit_blocks, num_blocks,
+    num_full_blocks, reserve_blocks, block_size, group) -> (hits, new) | None``."""
+    return _verb(pool, "admit")
+
+
+def step_verb(pool: Any) -> Callable[..., list[int]]:
+    """:func:`kvpool.batch.step` for ``pool``: ``(cache_items, num_new_blocks, free_tables,
+    block_size, group) -> new block ids``."""
+    return _verb(pool, "step")
+
+
+def free_tables_verb(pool: Any) -> Callable[[Sequence[Any]], None]:
+    """:func:`kvpool.batch.free_tables` for ``pool``: ``(tables) -> None``."""
+    return _verb(pool, "free_tables")
+
+
+__all__ = [
+    "GROUP_IDS",
+    "admit_verb",
+    "allocate_and_cache_verb",
+    "free_tables_verb",
+    "longest_cache_hit_verb",
+    "step_verb",
+]

@@ -1,0 +1,400 @@
+"""The fast pool's batch verbs: one kernel call each (definitions: :mod:`kvpool.batch`).
+
+Contract: each method returns what its generic twin in :mod:`kvpool.batch` returns on this
+pool and leaves the same state, events, metrics calls and watcher calls. A *lean path*
+handles the common call — plain ints, int lists or int64 arrays, ``bytes`` hashes, no metrics
+collector, no pending reuse watcher where blocks are allocated — with one kernel call;
+every other call runs the generic composition on this pool, so its behaviour is the
+definition by construction. A kernel validates everything before it writes; when it refuses
+a call, the error raised is the one :mod:`kvpool.batch`'s own checks find, so every error of
+a batch verb has one definition.
+
+The cost that remains per call is Python's: type checks of what the kernel will read, the
+conversion of the blocks and hashes it reads to arrays (only those: a step reads one
+candidate per filled block, not the whole table), and the result list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import is_
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kvpool import batch
+from kvpool.fast import kernels as k
+from kvpool.fast.convert import hash_buffer, uniform_lens
+from kvpool.keys import MAX_GROUP_ID
+from kvpool.shell import as_mask
+from kvpool.spec.records import RemovedRecord
+
+if TYPE_CHECKING:
+    from kvpool.fast.state import FastState
+
+_INT_ONLY = {int}
+_BYTES_ONLY = {bytes}
+_INT64 = np.dtype(np.int64)
+_NDARRAY = np.ndarray
+_NO_BYTES = np.empty(0, np.uint8)
+_NO_LENS = uniform_lens(0, 0)
+_MAX_RESERVE = 2**62  # larger reserves (never admitted) take the generic path
+
+
+class _FastObserver:
+    """:class:`kvpool.batch.Observer` over the fast pool's arrays (O(1) per fact)."""
+
+    def __init__(self, st: FastState, hash_block_size: int) -> None:
+        self.blk, self.blk64, self.hbs = st.blk, st.blk64, hash_block_size
+
+    def ref_cnts(self, block_ids: list[int]) -> list[int]:
+        if not block_ids:
+            return []
+        return self.blk[block_ids, k.REF].tolist()
+
+    def key_tokens(self, block_id: int) -> int | None:
+        if self.blk[block_id, k.FIRST] == -1:
+            return None
+        return int(self.blk64[block_id, k.TOKENS]) * self.hbs
+
+    def queue_front(self, n: int) -> list[int]:
+        blk, out = self.blk, []
+        b = int(blk[blk.shape[0] - 2, k.NEXT])
+        for _ in range(n):
+            out.append(b)
+            b = int(blk[b, k.NEXT])
+        return out
+
+
+def _packed(hashes: list[Any]) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """``bytes`` hashes back to back with their lengths and the longest; ``None`` if one is
+    not bytes (exactly the hashes the generic verb accepts, subclasses aside: those take
+    the generic path too)."""
+    if set(map(type, hashes)) - _BYTES_ONLY:
+        return None
+    buf = np.frombuffer(b"".join(hashes), np.uint8) if hashes else _NO_BYTES
+    widths = set(map(len, hashes))
+    if len(widths) == 1:
+        width = widths.pop()
+        return buf, uniform_lens(len(hashes), width), width
+    if not widths:
+        return buf, uniform_lens(0, 0), 0
+    lens = np.fromiter(map(len, hashes), np.int64, len(hashes))
+    return buf, lens, int(lens.max())
+
+
+class FastBatchVerbs:
+    """Mixed into :class:`~kvpool.fast.pool.FastBlockPool` (see the module docstring)."""
+
+    _st: FastState
+    _out: np.ndarray
+    enable_caching: bool
+    enable_kv_cache_events: bool
+    hash_block_size: int
+    num_gpu_blocks: int
+    metrics_collector: Any
+    _events: Any
+    _last_pack: tuple | None = None  # _packed_prefix's memory: (list, its hashes, packed)
+    _memo: np.ndarray | None = None  # _scan_memo: (key row, generation) per hit position
+    _memo_len = 0
+    _memo_of: tuple[int, int] | None = None
+    _memo_packed: tuple | None = None
+
+    def observe(self) -> batch.Observer:
+        """Facts about blocks for :mod:`kvpool.batch`'s up-front checks. O(1) per fact."""
+        return _FastObserver(self._st, self.hash_block_size)
+
+    # -- lookup and single-request allocation -------------------------------------------
+
+    def find_longest_cache_hit(self, block_hashes: Any, kv_cache_group_ids: Sequence[int],
+                               max_num_blocks: int | None = None) -> list[list[int]]:
+        """Blocks of the longest prefix of ``block_hashes`` cached in every group; see
+        :func:`kvpool.batch.find_longest_cache_hit`. One kernel call. O(hits · groups)."""
+        groups_t = tuple(kv_cache_group_ids)
+        hashes = batch.check_lookup_arguments(block_hashes, groups_t, max_num_blocks)
+        if isinstance(hashes, np.ndarray):
+            q, width = hashes.shape
+            buf = np.ascontiguousarray(hashes).reshape(-1)
+            lens = np.full(q, width, np.int64)
+        else:
+            q = len(hashes)
+            buf, lens, _ = hash_buffer(hashes)
+        groups, out = self._lookup_arrays(groups_t, q)  # type: ignore[attr-defined]
+        code = self._st.lookup(buf, lens, groups, out)
+        if code:
+            raise self._internal(code)  # type: ignore[attr-defined]
+        return out[:, : self._st.result()].tolist()
+
+    def allocate_and_cache(self, request: Any, blocks: Sequence[object], num_new_blocks: int,
+                           num_cached_blocks: int, num_full_blocks: int, block_size: int,
+                           kv_cache_group_id: int,
+                           block_mask: Sequence[object] | None = None) -> list[int]:
+        """Allocate a request's new blocks and key its full ones in one kernel call; see
+        :func:`kvpool.batch.allocate_and_cache`. Nothing changes when it raises.
+
+        With a metrics collector or a pending reuse watcher the composition runs, so that
+        callbacks fire between the two verbs. O(new + candidates).
+        """
+        if self.metrics_collector is not None or self._st.num_watchers():
+            return batch.allocate_and_cache(self, request, blocks, num_new_blocks,
+                                            num_cached_blocks, num_full_blocks, block_size,
+                                            kv_cache_group_id, block_mask)
+        n = int(num_new_blocks) if isinstance(num_new_blocks, np.integer) else num_new_blocks
+        error = batch.allocation_rejection(n, self._st.num_free())
+        if error:
+            raise error
+        hashes = request.block_hashes
+        if not isinstance(hashes, (list, tuple)):
+            hashes = tuple(hashes)
+        table = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
+        mask = as_mask(block_mask)
+        num_cached, num_full = num_cached_blocks, num_full_blocks
+        ratio = self._cache_arguments(hashes, len(table) + n, num_cached,  # type: ignore[attr-defined]
+                                      num_full, block_size, kv_cache_group_id, mask)
+        # After the argument checks, as the composition converts ``blocks`` (a list of
+        # plain ints needs no conversion).
+        if type(table) is list and (not table or set(map(type, table)) == _INT_ONLY):
+            old = table
+        else:
+            old = self._local_ids(table)  # type: ignore[attr-defined]
+        if not ratio:
+            return self.get_new_blocks(n)  # type: ignore[attr-defined]
+        old_cand = old[num_cached:num_full]
+        cand = np.empty(num_full - num_cached, np.int64)
+        try:
+            cand[: len(old_cand)] = old_cand
+        except OverflowError:
+            raise self._first_bad_id(old_cand) from None  # type: ignore[attr-defined]
+        first_new = max(0, num_cached - len(old))
+        selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
+        buf, lens, max_len = hash_buffer(selected)
+        mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
+        code = self._st.allocate_and_cache(n, cand, len(old_cand), first_new, mask_arr, buf,
+                                           lens, max_len, num_cached, ratio, kv_cache_group_id,
+                                           False)
+        if code:
+            raise self._candidate_error(code, cand, num_cached,  # type: ignore[attr-defined]
+                                        block_size)
+        new = self._out[:n].tolist()
+        if self.enable_kv_cache_events:
+            self._record_call([(request, self._stored(  # type: ignore[attr-defined]
+                selected, cand.tolist(), mask, num_cached, num_full, block_size,
+                kv_cache_group_id))])
+        return new
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def admit(self, request: Any, max_hit_blocks: int, num_blocks: int, num_full_blocks: int,
+              reserve_blocks: int, block_size: int,
+              kv_cache_group_id: int) -> tuple[list[int], list[int]] | None:
+        """A new request's lookup, admission test, touch, allocation and caching in one
+        kernel call; see :func:`kvpool.batch.admit`. O(hits + num_blocks)."""
+        hashes = request.block_hashes
+        if (type(max_hit_blocks) is int and type(num_blocks) is int
+                and type(num_full_blocks) is int and type(reserve_blocks) is int
+                and type(kv_cache_group_id) is int and type(block_size) is int
+                and block_size == self.hash_block_size
+                and 0 <= max_hit_blocks <= num_blocks <= self.num_gpu_blocks
+                and 0 <= num_full_blocks <= num_blocks and 0 <= reserve_blocks < _MAX_RESERVE
+                and 0 <= kv_cache_group_id <= MAX_GROUP_ID and self.metrics_collector is None
+                and type(hashes) is list and num_full_blocks <= len(hashes)):
+            if self.enable_caching:
+                packed = self._packed_prefix(hashes, max(max_hit_blocks, num_full_blocks))
+            else:
+                packed = (_NO_BYTES, uniform_lens(0, 0), 0)
+            if packed is not None:
+                buf, lens, max_len = packed
+                memo, known = self._scan_memo(packed, kv_cache_group_id, num_blocks)
+                code = self._st.admit(memo, known, buf, lens, max_len, max_hit_blocks,
+                                      num_blocks, num_full_blocks, reserve_blocks, 1,
+                                      kv_cache_group_id)
+                self._memo_len = self._st.result() if code in (k.OK, k.REFUSED) else 0
+                if code == k.OK:
+                    table = self._out[:num_blocks].tolist()
+                    h = self._st.result()
+                    if self.enable_kv_cache_events:
+                        self._record_call([(request, self._stored(  # type: ignore[attr-defined]
+                            hashes[h:num_full_blocks], table[h:num_full_blocks], None, h,
+                            num_full_blocks, block_size, kv_cache_group_id))])
+                    return table[:h], table[h:]
+                if code == k.REFUSED:
+                    return None
+                if code != k.NEED_FULL:
+                    raise self._internal(code)  # type: ignore[attr-defined]
+        return batch.admit(self, request, max_hit_blocks, num_blocks, num_full_blocks,
+                           reserve_blocks, block_size, kv_cache_group_id)
+
+    def _scan_memo(self, packed: tuple, group: int, num_blocks: int) -> tuple[np.ndarray, int]:
+        """The memo of the last admission scan, and how many of its positions apply: all
+        the valid ones when these are the same packed hashes in the same group (a waiting
+        request asking again), else none. The kernel re-checks each by key generation."""
+        memo = self._memo
+        if memo is None or memo.shape[1] < num_blocks:
+            size = max(num_blocks, 64, 0 if memo is None else 2 * memo.shape[1])
+            memo = self._memo = np.zeros((2, size), np.int64)
+            self._memo_len = 0
+        known = self._memo_len if self._memo_of == (id(packed), group) else 0
+        self._memo_of = (id(packed), group)
+        self._memo_packed = packed  # keeps id(packed) from being reused while remembered
+        return memo, known
+
+    def _packed_prefix(self, hashes: list[Any], read: int) -> tuple | None:
+        """:func:`_packed` of ``hashes[:read]``, remembered for the last list packed: a
+        request that waits is admitted again every step, and packing dominates its Python
+        cost. Reused only when every hash read is the very object packed before (``bytes``
+        are immutable, so equal objects mean equal bytes)."""
+        selected = hashes[:read] if read < len(hashes) else hashes
+        last = self._last_pack
+        if (last is not None and last[0] is hashes and len(last[1]) == len(selected)
+                and all(map(is_, last[1], selected))):
+            return last[2]
+        packed = _packed(selected)
+        if packed is not None:
+            self._last_pack = (hashes, list(selected), packed)
+        return packed
+
+    # -- a step --------------------------------------------------------------------------
+
+    def step(self, cache_items: Sequence[tuple[Any, Any, int, int]], num_new_blocks: int,
+             free_tables: Sequence[Any], block_size: int, kv_cache_group_id: int) -> list[int]:
+        """Cache what filled, allocate, free finished tables — one kernel call; see
+        :func:`kvpool.batch.step`. O(candidates + new + table lengths).
+
+        Lean path: ``block_size == hash_block_size``, plain int counts, tables as int64
+        arrays or int lists, hashes in lists, no metrics collector, no pending watcher when
+        allocating.
+        """
+        n = num_new_blocks
+        st = self._st
+        if (type(n) is int and type(block_size) is int and type(kv_cache_group_id) is int
+                and 0 <= n <= self.num_gpu_blocks and block_size == self.hash_block_size
+                and 0 <= kv_cache_group_id <= MAX_GROUP_ID and self.metrics_collector is None
+                and (n == 0 or not st.num_watchers())):
+            plan = self._step_plan(cache_items, n, free_tables)
+            if plan is not None:
+                plan_arr, freed, buf, lens, max_len = plan
+                # The bound kernel directly (st.step grows the arrays when it finds no room).
+                code = (st._batch or st._batch_kernels())[1](
+                    plan_arr, freed, buf, lens, 1, kv_cache_group_id, self.enable_caching,
+                    self.enable_kv_cache_events)
+                if code == k.ERR_CAPACITY:
+                    code = st.step(plan_arr, freed, buf, lens, max_len, 1, kv_cache_group_id)
+                if code:
+                    raise batch.step_rejection(
+                        self, cache_items, num_new_blocks, free_tables, block_size,
+                        kv_cache_group_id,
+                    ) or self._internal(code)  # type: ignore[attr-defined]
+                if self.enable_kv_cache_events:
+                    self._record_step(cache_items, block_size, kv_cache_group_id)
+                return self._out[:n].tolist() if n else []
+        return batch.step(self, cache_items, num_new_blocks, free_tables, block_size,
+                          kv_cache_group_id)
+
+    def cache_full_blocks_batch(self, cache_items: Sequence[tuple[Any, Any, int, int]],
+                                block_size: int, kv_cache_group_id: int) -> None:
+        """``cache_full_blocks`` per item in one kernel call; see
+        :func:`kvpool.batch.cache_full_blocks_batch`."""
+        self.step(cache_items, 0, (), block_size, kv_cache_group_id)
+
+    def free_tables(self, tables: Sequence[Any]) -> None:
+        """``free_blocks(table[::-1])`` per table in one kernel call; see
+        :func:`kvpool.batch.free_tables`."""
+        self.step((), 0, tables, self.hash_block_size, 0)
+
+    def _step_plan(self, cache_items: Sequence[Any], n: int,
+                   free_tables: Sequence[Any]) -> tuple | None:
+        """The kernel's arguments for a lean step (ratio 1), or ``None`` for the generic path.
+
+        Every table is type-checked whole (the composition converts it whole), but only its
+        candidates are copied. An item that caches nothing adds nothing to the plan.
+        """
+        plan: list[int] = [0, n, len(free_tables)]
+        hs: list[Any] = []
+        m = 0
+        caching = self.enable_caching
+        try:
+            for request, blocks, c, f in cache_items:
+                if type(c) is not int or type(f) is not int or c < 0 or f < 0 or not caching:
+                    return None
+                if type(blocks) is _NDARRAY:
+                    if blocks.dtype is not _INT64 or blocks.ndim != 1:
+                        return None
+                    if c >= f:
+                        continue
+                    hashes = request.block_hashes
+                    if (f > blocks.shape[0] or type(hashes) is not list
+                            or f > len(hashes)):
+                        return None
+                    if f - c == 1:  # one block filled: the common case
+                        plan += (c, 1, blocks.item(c))
+                        hs.append(hashes[c])
+                    else:
+                        plan += (c, f - c, *blocks[c:f].tolist())
+                        hs += hashes[c:f]
+                elif type(blocks) is list and (not blocks or set(map(type, blocks)) == _INT_ONLY):
+                    if c >= f:
+                        continue
+                    hashes = request.block_hashes
+                    if f > len(blocks) or type(hashes) is not list or f > len(hashes):
+                        return None
+                    plan += (c, f - c, *blocks[c:f])
+                    hs += hashes[c:f]
+                else:
+                    return None
+                m += 1
+        except (TypeError, ValueError):
+            return None  # an item that is not a 4-sequence: the generic path says why
+        plan[0] = m
+        arrays = []
+        for table in free_tables:
+            if type(table) is np.ndarray:
+                if table.dtype is not _INT64 or table.ndim != 1:
+                    return None
+            elif type(table) is not list or (table and set(map(type, table)) != _INT_ONLY):
+                return None
+            arrays.append(table)
+            plan.append(len(table))
+        try:
+            plan_arr = np.array(plan, np.int64)
+            if not arrays:
+                freed = self._st.no_ids
+            elif len(arrays) == 1:
+                freed = np.ascontiguousarray(arrays[0], dtype=np.int64)
+            else:
+                freed = np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
+            if not hs:
+                buf, lens, max_len = _NO_BYTES, _NO_LENS, 0
+            elif len(hs) == 1 and type(hs[0]) is bytes:  # one block filled: no join
+                h = hs[0]
+                buf, lens, max_len = np.frombuffer(h, np.uint8), uniform_lens(1, len(h)), len(h)
+            else:
+                buf, lens, max_len = hash_buffer(hs)
+        except (OverflowError, TypeError):
+            return None  # an id beyond int64 or a hash that is not bytes-like: generic path
+        return plan_arr, freed, buf, lens, max_len
+
+    def _record_step(self, cache_items: Sequence[Any], block_size: int, group: int) -> None:
+        """The records of a lean step: item ``payload`` of the caching ones (in order)."""
+        stores = []
+        for request, blocks, c, f in cache_items:
+            if c < f:
+                cand = list(blocks[c:f]) if type(blocks) is list else blocks[c:f].tolist()
+                stores.append((request, self._stored(  # type: ignore[attr-defined]
+                    request.block_hashes[c:f], cand, None, c, f, block_size, group)))
+        self._record_call(stores)
+
+    # -- events --------------------------------------------------------------------------
+
+    def _record_call(self, stores: list[tuple[Any, Any]]) -> None:
+        """Materialise the last kernel call's records: a ``StoredRecord`` from
+        ``stores[payload]`` with that request (the composition's cache call records it so),
+        a removal with none (its event does not depend on a request)."""
+        for kind, payload, seq, key in self._st.drain_events():
+            if kind == k.EV_REMOVED:
+                assert key is not None  # drain_events reads the key of every removal
+                self._events.record((RemovedRecord(seq, key),))
+            elif kind == k.EV_STORED:
+                request, make = stores[payload]
+                self._events.record((make(seq),), request)
+            else:
+                raise AssertionError(f"unexpected event kind {kind} from a batch kernel")
