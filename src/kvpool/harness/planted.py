@@ -19,9 +19,9 @@ from collections import Counter
 
 from kvpool.errors import DoubleFree
 from kvpool.keys import pack_key
-from kvpool.reference import preconditions as pre
 from kvpool.reference.block import KVCacheBlock
 from kvpool.reference.pool import ReferenceBlockPool
+from kvpool.spec import preconditions as pre
 from kvpool.spec.records import EventRecord
 
 PLANTED: dict[str, type[ReferenceBlockPool]] = {}
@@ -50,7 +50,7 @@ class FreeZonesSwapped(ReferenceBlockPool):
     """``_core_free`` with the two zones of the queue exchanged."""
 
     def _core_free(self, ids):
-        error = pre.free_blocks_rejection(self, ids)
+        error = pre.free_blocks_rejection(self.state_view, ids)
         if error:
             raise error
         to_front, to_tail = [], []
@@ -78,7 +78,7 @@ class ReuseKeepsOldKey(ReferenceBlockPool):
     """``_core_get_new_blocks`` without the lazy eviction of the popped blocks' keys."""
 
     def _core_get_new_blocks(self, n):
-        error = pre.get_new_blocks_rejection(self, n)
+        error = pre.get_new_blocks_rejection(self.state_view, n)
         if error:
             raise error
         blocks = self.free_block_queue.popleft_n(n)
@@ -95,7 +95,7 @@ class TouchStaysQueued(ReferenceBlockPool):
     """``_core_touch`` that forgets to unlink a free block from the queue."""
 
     def _core_touch(self, ids):
-        error = pre.touch_rejection(self, ids)
+        error = pre.touch_rejection(self.state_view, ids)
         if error:
             raise error
         for b in ids:
@@ -138,7 +138,7 @@ class RejectedFreeHalfApplied(ReferenceBlockPool):
     """``_core_free`` that, like vLLM, walks the batch and fails at the over-released block."""
 
     def _core_free(self, ids):
-        error = pre.free_blocks_rejection(self, ids)
+        error = pre.free_blocks_rejection(self.state_view, ids)
         if isinstance(error, DoubleFree):
             released: Counter = Counter()
             prefix = []
