@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for ``yes | head``: the reader left early."""
 
 SUBCOMMANDS = ("simulate", "check", "contracts", "bench")
 
@@ -37,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (``kvpool bench --json | head``): no traceback, and nothing
+        # more to write; point stdout at devnull so the interpreter's final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":
