@@ -40,9 +40,9 @@ OnReuse = Callable[[int], None]
 """A reuse watcher: called with the block id when an unpinned block is reallocated.
 
 Deviation from vLLM (docs/data-structures.md, "Watchers and events"): watchers run after the
-operation has completed, so a watcher that queries the pool sees the block already reallocated. The block's
-*memory* is still intact — nothing has written it before the caller gets the ids back — which
-is all an asynchronous reader needs to know to stop reading.
+operation has completed, so a watcher that queries the pool sees the block already
+reallocated. The block's *memory* is still intact — nothing has written it before the caller
+gets the ids back — which is all an asynchronous reader needs to know to stop reading.
 """
 
 
