@@ -325,6 +325,20 @@ def _emit(events, meta, kind, payload):
     meta[M_EVENT_COUNT] += 1
 
 
+def _link_at_key_tail(ent, keys, kid, e, b):
+    """Make entry ``e`` (for block ``b``) the newest under key ``kid``: the key chain's tail."""
+    last = keys[kid, K_TAIL]
+    ent[e, E_BLOCK] = b
+    ent[e, E_KPREV] = last
+    ent[e, E_KNEXT] = -1
+    if last == -1:
+        keys[kid, K_HEAD] = e
+        keys[kid, K_BLOCK] = b  # the earliest block under the key answers lookups
+    else:
+        ent[last, E_KNEXT] = e
+    keys[kid, K_TAIL] = e
+
+
 def _add_entry(blk, blk64, ent, keys, meta, kid, b, units):
     """Record the pair (key ``kid``, block ``b``): newest under the key, last on the block.
 
@@ -337,18 +351,9 @@ def _add_entry(blk, blk64, ent, keys, meta, kid, b, units):
         e = meta[M_ENT_HIGH]
         meta[M_ENT_HIGH] = e + 1
     meta[M_ENT_USED] += 1
-    last = keys[kid, K_TAIL]
     ent[e, E_KEY] = kid
-    ent[e, E_BLOCK] = b
-    ent[e, E_KPREV] = last
-    ent[e, E_KNEXT] = -1
     ent[e, E_BNEXT] = -1
-    if last == -1:
-        keys[kid, K_HEAD] = e
-        keys[kid, K_BLOCK] = b
-    else:
-        ent[last, E_KNEXT] = e
-    keys[kid, K_TAIL] = e
+    _link_at_key_tail(ent, keys, kid, e, b)
     first = blk[b, FIRST]
     if first == -1:
         blk[b, FIRST] = e
@@ -1229,16 +1234,7 @@ def move_block_hashes(blk, blk64, ent, keys, meta, src, dst):
     while e != -1:
         kid = ent[e, E_KEY]
         _unlink_from_key(ent, keys, e)
-        last = keys[kid, K_TAIL]
-        ent[e, E_BLOCK] = dst
-        ent[e, E_KPREV] = last
-        ent[e, E_KNEXT] = -1
-        if last == -1:
-            keys[kid, K_HEAD] = e
-            keys[kid, K_BLOCK] = dst
-        else:
-            ent[last, E_KNEXT] = e
-        keys[kid, K_TAIL] = e
+        _link_at_key_tail(ent, keys, kid, e, dst)
         e = ent[e, E_BNEXT]
     return OK
 
