@@ -64,27 +64,67 @@ class BackendUnavailable(KvPoolError, ImportError):
     """The requested backend is unknown or its optional dependencies are not installed."""
 
 
-class WatcherError(KvPoolError, RuntimeError):
-    """A reuse watcher raised; the operation completed first, then the first error is re-raised.
+class RefCountOverflow(KvPoolError, OverflowError):
+    """A ``touch`` would take a block past :data:`kvpool.spec.state.MAX_REF_CNT` references.
 
-    The original exception is chained as ``__cause__``.
+    vLLM's Python ints never overflow; the fast backend counts in int32, so every backend
+    refuses at the same limit (2**31 - 1 holders per block) to stay identical.
     """
+
+
+class ReentrantCall(KvPoolError, RuntimeError):
+    """A reuse watcher or metrics collector called a state-changing pool method while the
+    pool was delivering its callbacks. Refused before anything changed; queries are allowed.
+    """
+
+
+class CallbackError(KvPoolError, RuntimeError):
+    """A user callback raised; the operation completed first, then the first error is re-raised.
+
+    ``result`` is what the operation returned (e.g. the freshly allocated ids), so nothing is
+    lost; the original exception is chained as ``__cause__``. Every callback of the call ran.
+    """
+
+    result: object = None
+
+
+class WatcherError(CallbackError):
+    """The first callback to fail was a reuse watcher (see :class:`CallbackError`)."""
+
+
+class MetricsCollectorError(CallbackError):
+    """The first callback to fail was a metrics collector's (see :class:`CallbackError`)."""
+
+
+class EventGap(KvPoolError, ValueError):
+    """An event stream skipped or repeated a sequence number (``kvpool.events.replay``)."""
+
+
+class InvalidEvent(KvPoolError, ValueError):
+    """``replay`` met an event that no pool emits: a removal without exactly one hash, or the
+    removal of a key the (complete) stream never stored."""
 
 
 __all__ = [
     "AlreadyQueued",
     "BackendUnavailable",
     "CachingDisabled",
+    "CallbackError",
     "DoubleFree",
+    "EventGap",
     "ForeignBlock",
     "HashStateError",
     "InvalidArgument",
     "InvalidBlockId",
     "InvalidConfig",
+    "InvalidEvent",
     "InvalidGroupId",
     "KvPoolError",
+    "MetricsCollectorError",
     "NoFreeBlocks",
     "NotQueued",
     "NullBlockMisuse",
+    "RefCountOverflow",
+    "ReentrantCall",
     "WatcherError",
 ]

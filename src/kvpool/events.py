@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
 from kvpool.keys import ExternalBlockHash, external_block_hash, key_group, key_hash
 from kvpool.spec.records import (
     ClearedRecord,
@@ -165,6 +166,79 @@ def materialize(record: EventRecord, request: Any, ctx: EventContext) -> KVCache
     return _partial_stored(record, request, ctx)
 
 
+def _unreportable(request: Any, build: Any) -> KvPoolError | None:
+    """Run ``build()`` (a trial event); its failure as a typed error, or ``None``."""
+    try:
+        build()
+    except KvPoolError as error:
+        return error
+    except Exception as exc:  # noqa: BLE001 - whatever the request lacks, typed
+        return InvalidArgument(
+            f"request {getattr(request, 'request_id', request)!r} cannot be reported in a "
+            f"BlockStored event: {exc!r} (with events on, a request needs all_token_ids and "
+            "well-formed extra-key fields)"
+        )
+    return None
+
+
+def stored_rejection(
+    request: Any,
+    ctx: EventContext,
+    block_hashes: Sequence[bytes],
+    num_cached: int,
+    num_full: int,
+    block_size: int,
+    group_id: int,
+) -> KvPoolError | None:
+    """The error building the ``BlockStored`` of a cache write of positions
+    ``[num_cached, num_full)`` would raise, or ``None`` — found *before* the pool moves, so
+    that no key is stored and no sequence number taken for an event that cannot exist.
+
+    It builds that very event for every position (a superset of those the write keys: null
+    and masked blocks are skipped later), so it checks exactly what event creation reads.
+    The call's own arguments must have passed their checks. O(positions + tokens).
+    """
+    ratio = block_size // ctx.hash_block_size
+    if num_cached > 0 and not isinstance(block_hashes[num_cached * ratio - 1], bytes):
+        h = block_hashes[num_cached * ratio - 1]
+        return InvalidArgument(
+            f"block_hashes[{num_cached * ratio - 1}] (the event's parent hash) is "
+            f"{type(h).__name__}, not bytes"
+        )
+    positions = tuple(range(num_cached, num_full))
+    trial = StoredRecord(
+        seq=-1,
+        group_id=group_id,
+        block_size=block_size,
+        num_cached=num_cached,
+        num_full=num_full,
+        positions=positions,
+        hashes=tuple(block_hashes[(k + 1) * ratio - 1] for k in positions),
+    )
+    return _unreportable(request, lambda: _stored(trial, request, ctx))
+
+
+def partial_stored_rejection(
+    request: Any, ctx: EventContext, block_hashes: Sequence[bytes], num_tokens: object,
+    group_id: object,
+) -> KvPoolError | None:
+    """:func:`stored_rejection` for ``cache_partial_block`` (its arguments unchecked: an
+    invalid call is left for the core to reject, in the spec's order)."""
+    hbs = ctx.hash_block_size
+    if (
+        not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens <= 0
+        or num_tokens % hbs or num_tokens // hbs > len(block_hashes)
+        or not isinstance(group_id, int)
+    ):
+        return None
+    block_hash = block_hashes[num_tokens // hbs - 1]
+    if not isinstance(block_hash, bytes):
+        return None
+    trial = PartialStoredRecord(seq=-1, group_id=group_id, num_tokens=num_tokens,
+                                block_hash=block_hash)
+    return _unreportable(request, lambda: _partial_stored(trial, request, ctx))
+
+
 class EventLog:
     """Pending events of one pool; ``take`` hands them over and starts a new list."""
 
@@ -188,29 +262,47 @@ CacheIndex = Counter
 """``Counter[(external hash, group)] → number of blocks under that key``."""
 
 
-class EventGap(ValueError):
-    """An event stream skipped or repeated a sequence number."""
-
-
 def replay(events: Sequence[KVCacheEvent], *, start_seq: int = 0) -> CacheIndex:
     """Rebuild the cache index from an event stream (from the pool's first event).
 
     Each stored hash adds one (key, block) pair, each removal drops one, a clear drops all;
     the result counts blocks per key, so duplicates under one key are accounted for. Raises
-    :class:`EventGap` when sequence numbers are not consecutive from ``start_seq``.
+    :class:`~kvpool.errors.EventGap` when sequence numbers are not consecutive from
+    ``start_seq``, and :class:`~kvpool.errors.InvalidEvent` for an object that is not an
+    event, a removal that does not carry exactly one hash, or — once the stream is known to
+    be complete (``start_seq == 0``, or after a clear) — the removal of a key it never
+    stored. A stream joined mid-way (``start_seq > 0``) may remove keys stored before it
+    began; those removals are ignored until the first clear.
     """
     index: Counter = Counter()
     expected = start_seq
-    for event in events:
+    complete = start_seq == 0
+    for position, event in enumerate(events):
+        if not isinstance(event, (BlockStored, BlockRemoved, AllBlocksCleared)):
+            raise InvalidEvent(f"event {position} is a {type(event).__name__}, not a KV event")
         if event.seq != expected:
             raise EventGap(f"expected event seq {expected}, got {event.seq}")
         expected += 1
         if isinstance(event, AllBlocksCleared):
             index.clear()
+            complete = True
         elif isinstance(event, BlockRemoved):
+            if len(event.block_hashes) != 1:
+                raise InvalidEvent(
+                    f"BlockRemoved seq {event.seq} carries {len(event.block_hashes)} hashes; "
+                    "a removal names exactly one key"
+                )
             key = (event.block_hashes[0], event.group_idx)
-            index[key] -= 1
             if index[key] <= 0:
+                del index[key]
+                if complete:
+                    raise InvalidEvent(
+                        f"BlockRemoved seq {event.seq} removes {key}, which the stream never "
+                        "stored"
+                    )
+                continue
+            index[key] -= 1
+            if index[key] == 0:
                 del index[key]
         else:
             for h in event.block_hashes:

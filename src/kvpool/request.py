@@ -14,12 +14,19 @@ the hashes of blocks that became full since the last call.
 from __future__ import annotations
 
 import hashlib
+import numbers
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvpool.errors import InvalidArgument
+
+MAX_TOKEN_ID = 2**63 - 1
+"""Largest token id a request accepts: token ids are non-negative and fit int64 (what vLLM's
+token arrays hold); ``bool`` is not a token id."""
 
 BlockHasherFn = Callable[["Request"], list[bytes]]
 """Computes the hashes of the request's blocks that are full but not yet hashed."""
@@ -77,10 +84,20 @@ class Request:
     )
 
     def __post_init__(self) -> None:
-        self.prompt_token_ids = list(self.prompt_token_ids)
-        self.output_token_ids = list(self.output_token_ids)
+        self.prompt_token_ids = as_token_ids(self.prompt_token_ids, "prompt_token_ids")
+        self.output_token_ids = as_token_ids(self.output_token_ids, "output_token_ids")
+        if isinstance(self.mm_features, (str, bytes)) or not isinstance(self.mm_features, Iterable):
+            raise InvalidArgument(
+                f"mm_features must be a list of MultiModalFeature, got {self.mm_features!r}"
+            )
         self.mm_features = list(self.mm_features)
         _check_mm_features(self.mm_features)
+        _check_lora_request(self.lora_request)
+        for name in ("cache_salt", "session_id"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidArgument(f"{name} must be a str or None, got {value!r}")
+        _check_prompt_embeds(self.prompt_embeds, len(self.prompt_token_ids))
         if self.block_hasher is not None:
             self.block_hashes.extend(self.block_hasher(self))
 
@@ -100,11 +117,17 @@ class Request:
         return len(self.prompt_token_ids)
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
-        """Append generated tokens, then hash the blocks they completed (if a hasher is set)."""
-        if isinstance(token_ids, int):
-            self.output_token_ids.append(token_ids)
-        else:
-            self.output_token_ids.extend(token_ids)
+        """Append generated tokens, then hash the blocks they completed (if a hasher is set).
+
+        Tokens are checked as at construction (:func:`as_token_ids`); on an invalid token
+        nothing is appended.
+        """
+        start = len(self.prompt_token_ids) + len(self.output_token_ids)
+        if isinstance(token_ids, (numbers.Integral, np.integer)) and not isinstance(
+            token_ids, (bool, np.bool_)
+        ):
+            token_ids = [token_ids]  # type: ignore[list-item]
+        self.output_token_ids.extend(as_token_ids(token_ids, "token_ids", start))
         if self.block_hasher is not None:
             self.block_hashes.extend(self.block_hasher(self))
 
@@ -123,6 +146,84 @@ class Request:
         return digest
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(
+        value, (bool, np.bool_)
+    )
+
+
+def as_token_ids(values: Any, what: str = "token_ids", start: int = 0) -> list[int]:
+    """``values`` as a list of Python ints, each in ``[0, MAX_TOKEN_ID]``.
+
+    numpy integers (and 1-D integer arrays) become Python ints, so ``np.arange(8)`` hashes
+    exactly like ``list(range(8))``: the hash functions serialise a numpy int differently,
+    which would be a silent prefix-cache miss. Anything else — ``bool``, floats, strings,
+    ``None``, negative or larger ids — raises :class:`InvalidArgument` naming the token's
+    position in the request (``start`` + index). O(len(values)).
+    """
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1 or values.dtype.kind not in "iu":
+            raise InvalidArgument(
+                f"{what} must be a 1-D integer array, got {values.dtype} {values.shape}"
+            )
+        tokens = values.tolist()
+    elif isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InvalidArgument(f"{what} must be a sequence of ints, got {values!r}")
+    else:
+        tokens = list(values)
+    if set(map(type, tokens)) - {int}:
+        for i, t in enumerate(tokens):
+            if type(t) is not int:
+                if not _is_int(t):
+                    raise InvalidArgument(
+                        f"token {start + i} ({what}[{i}]) is {t!r} ({type(t).__name__}), "
+                        "not an int"
+                    )
+                tokens[i] = int(t)
+    if tokens and (min(tokens) < 0 or max(tokens) > MAX_TOKEN_ID):
+        i, t = next((i, t) for i, t in enumerate(tokens) if not 0 <= t <= MAX_TOKEN_ID)
+        raise InvalidArgument(
+            f"token {start + i} ({what}[{i}]) is {t}, outside [0, {MAX_TOKEN_ID}]"
+        )
+    return tokens
+
+
+def _check_lora_request(lora: Any) -> None:
+    """``None`` or a LoRA request: ``lora_name`` and ``lora_path`` strings (hashed) and an
+    int ``lora_int_id`` (reported in events). Duck-typed, so vLLM's ``LoRARequest`` works."""
+    if lora is None:
+        return
+    name = getattr(lora, "lora_name", None)
+    path = getattr(lora, "lora_path", "")
+    lora_id = getattr(lora, "lora_int_id", None)
+    if not isinstance(name, str) or not isinstance(path, str) or not _is_int(lora_id):
+        raise InvalidArgument(
+            "lora_request must have lora_name (str), lora_int_id (int) and lora_path (str), "
+            f"got {lora!r}"
+        )
+
+
+def _check_prompt_embeds(embeds: Any, num_prompt_tokens: int) -> None:
+    """``None`` or one row per prompt token: ``shape[0] == len(prompt_token_ids)``, so every
+    block's window of rows exists (a shorter array would hash fewer rows, silently)."""
+    if embeds is None:
+        return
+    shape = getattr(embeds, "shape", None)
+    try:
+        rows = int(shape[0]) if shape is not None and len(shape) >= 1 else None
+    except (TypeError, ValueError):
+        rows = None
+    if rows is None or not hasattr(embeds, "__getitem__"):
+        raise InvalidArgument(
+            f"prompt_embeds must be an array or tensor of shape (num_prompt_tokens, ...), "
+            f"got {type(embeds).__name__} with shape {shape!r}"
+        )
+    if rows != num_prompt_tokens:
+        raise InvalidArgument(
+            f"prompt_embeds has {rows} rows for {num_prompt_tokens} prompt tokens"
+        )
+
+
 def _check_mm_features(features: list[MultiModalFeature]) -> None:
     """Features must be sorted by offset and must not overlap.
 
@@ -131,6 +232,16 @@ def _check_mm_features(features: list[MultiModalFeature]) -> None:
     """
     previous_end = 0
     for index, feature in enumerate(features):
+        identifier = getattr(feature, "identifier", None)
+        offset = getattr(feature, "offset", None)
+        length = getattr(feature, "length", None)
+        if not (identifier is None or isinstance(identifier, str)) or not (
+            _is_int(offset) and _is_int(length)
+        ):
+            raise InvalidArgument(
+                f"multimodal feature {index} must have identifier (str or None), offset and "
+                f"length (ints), got {feature!r}"
+            )
         if feature.offset < 0 or feature.length < 0:
             raise InvalidArgument(
                 f"multimodal feature {index} has offset {feature.offset} and length "
@@ -157,4 +268,11 @@ def _tensor_bytes(block: Any) -> bytes:
     return bytes(block.tobytes())
 
 
-__all__ = ["BlockHasherFn", "LoRARequest", "MultiModalFeature", "Request"]
+__all__ = [
+    "MAX_TOKEN_ID",
+    "BlockHasherFn",
+    "LoRARequest",
+    "MultiModalFeature",
+    "Request",
+    "as_token_ids",
+]

@@ -18,19 +18,30 @@ import logging
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from kvpool.errors import (
+    CallbackError,
     ForeignBlock,
     InvalidArgument,
     InvalidBlockId,
     InvalidConfig,
     KvPoolError,
+    MetricsCollectorError,
+    ReentrantCall,
     WatcherError,
 )
-from kvpool.events import EventContext, EventLog, KVCacheEvent
+from kvpool.events import (
+    EventContext,
+    EventLog,
+    KVCacheEvent,
+    partial_stored_rejection,
+    stored_rejection,
+)
+from kvpool.memory import check_pool_fits
+from kvpool.spec import preconditions as pre
 from kvpool.spec.records import EventRecord
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
@@ -43,7 +54,21 @@ Deviation from vLLM (docs/data-structures.md, "Watchers and events"): watchers r
 operation has completed, so a watcher that queries the pool sees the block already
 reallocated. The block's *memory* is still intact — nothing has written it before the caller
 gets the ids back — which is all an asynchronous reader needs to know to stop reading.
+
+Re-entrancy (docs/api.md, "Callbacks"): while a pool delivers its callbacks (reuse watchers,
+metrics collector) it answers queries, but every state-changing method raises
+:class:`~kvpool.errors.ReentrantCall` before changing anything.
 """
+
+METRICS_METHODS = ("on_block_allocated", "on_block_accessed", "on_block_evicted", "reset")
+"""What a ``metrics_collector`` must offer (checked at construction)."""
+
+STATE_CHANGING = (
+    "get_new_blocks", "touch", "free_blocks", "unpin_blocks", "cache_full_blocks",
+    "cache_partial_block", "move_block_hashes", "evict_blocks", "reset_prefix_cache",
+    "emit_cached_block_events",
+)
+"""The protocol methods refused during callback delivery (backends add their batch verbs)."""
 
 
 @dataclass(frozen=True)
@@ -73,15 +98,58 @@ class PoolConfig:
     use_int_block_hashes: bool = True
 
     def validate(self) -> None:
-        n = self.num_gpu_blocks
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n <= 0:
-            raise InvalidConfig(f"num_gpu_blocks must be an int > 0, got {n!r}")
-        hbs = self.hash_block_size
-        if not isinstance(hbs, numbers.Integral) or isinstance(hbs, bool) or hbs <= 0:
-            raise InvalidConfig(f"hash_block_size must be an int > 0, got {hbs!r}")
-        lookahead = self.num_hash_lookahead_tokens
-        if not isinstance(lookahead, numbers.Integral) or lookahead < 0:
-            raise InvalidConfig(f"num_hash_lookahead_tokens must be an int >= 0, got {lookahead!r}")
+        """Raise :class:`InvalidConfig` for the first setting of the wrong type or range."""
+        _check_count("num_gpu_blocks", self.num_gpu_blocks, minimum=1)
+        _check_count("hash_block_size", self.hash_block_size, minimum=1)
+        _check_count("num_hash_lookahead_tokens", self.num_hash_lookahead_tokens, minimum=0)
+        for name in ("enable_caching", "enable_kv_cache_events", "use_int_block_hashes"):
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                # A string "False" is truthy: accepting it would silently turn a feature on.
+                raise InvalidConfig(f"{name} must be a bool, got {value!r}")
+        if not isinstance(self.medium, str):
+            raise InvalidConfig(f"medium must be a str, got {self.medium!r}")
+
+
+def _check_count(name: str, value: object, *, minimum: int) -> None:
+    if (
+        not isinstance(value, numbers.Integral)
+        or isinstance(value, (bool, np.bool_))
+        or value < minimum
+    ):
+        raise InvalidConfig(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def check_metrics_collector(collector: object) -> None:
+    """``None`` or an object with the four callable :data:`METRICS_METHODS`; else
+    :class:`InvalidConfig` (a wrong object would fail only at the first allocation)."""
+    if collector is None:
+        return
+    missing = [m for m in METRICS_METHODS if not callable(getattr(collector, m, None))]
+    if missing:
+        raise InvalidConfig(
+            f"metrics_collector {collector!r} lacks callable {', '.join(missing)} "
+            "(see kvpool.MetricsCollector)"
+        )
+
+
+def request_block_hashes(request: object) -> Sequence[bytes]:
+    """``request.block_hashes``, which must be a sequence (a list or tuple; a one-shot
+    iterator would be consumed by the first backend that reads it). Entries are checked
+    where they are read (:func:`kvpool.spec.preconditions.bad_block_hashes`)."""
+    try:
+        hashes = request.block_hashes  # type: ignore[attr-defined]
+    except AttributeError:
+        raise InvalidArgument(
+            f"request {request!r} has no block_hashes (a list of bytes)"
+        ) from None
+    if type(hashes) is list or type(hashes) is tuple:
+        return hashes
+    if not isinstance(hashes, Sequence) or isinstance(hashes, (str, bytes, bytearray)):
+        raise InvalidArgument(
+            f"request.block_hashes must be a list of bytes, got {type(hashes).__name__}"
+        )
+    return hashes
 
 
 def as_block_id(value: object) -> int:
@@ -112,9 +180,28 @@ def as_group_id(value: object) -> object:
 
 
 def as_mask(mask: Sequence[object] | None) -> tuple[bool, ...] | None:
+    """A block mask as a tuple of bools: entries are bools (numpy's too) or the ints 0/1;
+    a 1-D array of them works. Anything else raises :class:`InvalidArgument` (a truthy
+    string or a row of a 2-D array is not a yes/no)."""
     if mask is None:
         return None
-    return tuple(bool(m) for m in mask)
+    if isinstance(mask, np.ndarray):
+        if mask.ndim != 1 or mask.dtype.kind not in "biu":
+            raise InvalidArgument(
+                f"block_mask must be a 1-D bool array, got {mask.dtype} {mask.shape}"
+            )
+        mask = mask.tolist()
+    elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
+        raise InvalidArgument(f"block_mask must be a sequence of bools, got {mask!r}")
+    out = tuple(mask)
+    if set(map(type, out)) <= {bool}:
+        return out
+    for i, m in enumerate(out):
+        if not (isinstance(m, (bool, np.bool_)) or (
+            isinstance(m, (numbers.Integral, np.integer)) and m in (0, 1)
+        )):
+            raise InvalidArgument(f"block_mask[{i}] is {m!r}, not a bool")
+    return tuple(bool(m) for m in out)
 
 
 class PoolShell:
@@ -124,6 +211,11 @@ class PoolShell:
     """
 
     backend_name = "abstract"
+    bytes_per_block: ClassVar[int] = 0
+    """Memory one block costs to build and run this backend (an estimate, checked before
+    building: :func:`kvpool.memory.check_pool_fits`)."""
+    state_changing: ClassVar[tuple[str, ...]] = STATE_CHANGING
+    _delivering = False  # True while callbacks run: state-changing calls are refused
 
     def __init__(
         self,
@@ -139,14 +231,25 @@ class PoolShell:
     ) -> None:
         config = PoolConfig(
             num_gpu_blocks=num_gpu_blocks,
-            enable_caching=bool(enable_caching),
+            enable_caching=enable_caching,
             hash_block_size=hash_block_size,
-            enable_kv_cache_events=bool(enable_kv_cache_events),
+            enable_kv_cache_events=enable_kv_cache_events,
             num_hash_lookahead_tokens=num_hash_lookahead_tokens,
             medium=medium,
             use_int_block_hashes=use_int_block_hashes,
         )
         config.validate()
+        check_metrics_collector(metrics_collector)
+        check_pool_fits(self.backend_name, int(num_gpu_blocks), self.bytes_per_block)
+        config = PoolConfig(
+            num_gpu_blocks=int(num_gpu_blocks),
+            enable_caching=bool(enable_caching),
+            hash_block_size=int(hash_block_size),
+            enable_kv_cache_events=bool(enable_kv_cache_events),
+            num_hash_lookahead_tokens=int(num_hash_lookahead_tokens),
+            medium=medium,
+            use_int_block_hashes=bool(use_int_block_hashes),
+        )
         self.config = config
         self.num_gpu_blocks = int(num_gpu_blocks)
         self.enable_caching = config.enable_caching
@@ -159,8 +262,8 @@ class PoolShell:
             EventContext(
                 medium=medium,
                 hash_block_size=self.hash_block_size,
-                num_lookahead_tokens=num_hash_lookahead_tokens,
-                use_int_block_hashes=use_int_block_hashes,
+                num_lookahead_tokens=config.num_hash_lookahead_tokens,
+                use_int_block_hashes=config.use_int_block_hashes,
             )
         )
         self._core_init(config)
@@ -262,33 +365,87 @@ class PoolShell:
             return ids
         return tuple(self._local_id(b) for b in ids)
 
+    # -- callbacks ----------------------------------------------------------------------------
+
+    def _refuse_reentry(self, method: str) -> None:
+        """Raise :class:`ReentrantCall` if a callback of this pool is running (see ``OnReuse``)."""
+        if self._delivering:
+            raise ReentrantCall(
+                f"{method} was called from a reuse watcher or metrics collector while the "
+                "pool delivers its callbacks; state-changing calls are refused then "
+                "(queries are allowed): make the call after the operation returns"
+            )
+
+    def _deliver(
+        self,
+        metrics: Sequence[tuple[str, tuple[object, ...]]],
+        fired: Sequence[int],
+        result: object = None,
+    ) -> None:
+        """Run the collector's ``metrics`` calls, then the watchers of ``fired`` blocks.
+
+        Every callback runs, whatever the others do; the first failure is re-raised after
+        the last (:class:`MetricsCollectorError` or :class:`WatcherError`) with the
+        operation's ``result`` as ``.result``, so nothing (e.g. fresh block ids) is lost.
+        The watcher table agrees with the core before any callback runs, and callbacks may
+        only query the pool (:class:`ReentrantCall`).
+        """
+        callbacks = [(int(b), self._callbacks.pop(int(b))) for b in fired]
+        first: tuple[type[CallbackError], str, Exception] | None = None
+        collector = self.metrics_collector
+        self._delivering = True
+        try:
+            for method, args in metrics:
+                try:
+                    getattr(collector, method)(*args)
+                except Exception as exc:  # noqa: BLE001 - re-raised below, typed
+                    if first is None:
+                        first = (MetricsCollectorError, f"metrics collector {method}", exc)
+            for b, callback in callbacks:
+                try:
+                    callback(b)
+                except Exception as exc:  # noqa: BLE001 - re-raised below, typed
+                    if first is None:
+                        first = (WatcherError, "a reuse watcher", exc)
+        finally:
+            self._delivering = False
+        if first is not None:
+            kind, who, cause = first
+            error = kind(f"{who} raised: {cause!r}")
+            error.result = result
+            raise error from cause
+
+    def _fire_watchers(self, fired: Sequence[int], result: object = None) -> None:
+        """Call the watchers of ``fired`` blocks in order (see :meth:`_deliver`)."""
+        self._deliver((), fired, result)
+
     # -- allocation and release ---------------------------------------------------------------
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop ``num_blocks`` free blocks (front first), evicting their old keys. O(n)."""
+        self._refuse_reentry("get_new_blocks")
         if isinstance(num_blocks, np.integer):
             num_blocks = int(num_blocks)
         ids, records, fired = self._core_get_new_blocks(num_blocks)
         ids = [int(b) for b in ids]
         self._events.record(records)
-        collector = self.metrics_collector
-        if collector is not None:
+        metrics: list[tuple[str, tuple[object, ...]]] = []
+        if self.metrics_collector is not None:
             for b in ids:
                 if self.enable_caching:
-                    collector.on_block_evicted(b)
-                collector.on_block_allocated(b)
-        self._fire_watchers(fired, result=ids)
+                    metrics.append(("on_block_evicted", (b,)))
+                metrics.append(("on_block_allocated", (b,)))
+        if metrics or fired:
+            self._deliver(metrics, fired, result=ids)
         return ids
 
     def touch(self, blocks: Iterable[object]) -> None:
         """Take a reference on each block (prefix hit); free ones leave the queue. O(len)."""
+        self._refuse_reentry("touch")
         ids = self._local_ids(blocks)
         self._core_touch(ids)
-        collector = self.metrics_collector
-        if collector is not None:
-            for b in ids:
-                if b != NULL_BLOCK_ID:
-                    collector.on_block_accessed(b)
+        if self.metrics_collector is not None:
+            self._deliver([("on_block_accessed", (b,)) for b in ids if b != NULL_BLOCK_ID], ())
 
     def free_blocks(self, ordered_blocks: Iterable[object]) -> None:
         """Release one reference per block, first = evict first; see the spec. O(len).
@@ -296,6 +453,7 @@ class PoolShell:
         Blocks of other pools (:class:`BlockRef`) are forwarded to their owners after the
         local ones. Every pool involved validates its part before any pool changes.
         """
+        self._refuse_reentry("free_blocks")
         if isinstance(ordered_blocks, np.ndarray):
             local, foreign = as_block_ids(ordered_blocks), {}
         else:
@@ -303,12 +461,17 @@ class PoolShell:
             foreign: dict[Any, list[int]] = {}
             for b in ordered_blocks:
                 if isinstance(b, BlockRef) and b.pool is not self:
+                    if not isinstance(b.pool, PoolShell):
+                        raise ForeignBlock(
+                            f"BlockRef({b.pool!r}, {b.block_id!r}) does not name a kvpool pool"
+                        )
                     foreign.setdefault(b.pool, []).append(as_block_id(b.block_id))
                 else:
                     local_list.append(self._local_id(b))
             local = tuple(local_list)
         if foreign:
             for pool, ids in [(self, local), *((p, tuple(i)) for p, i in foreign.items())]:
+                pool._refuse_reentry("free_blocks")
                 error = pool._core_check_free(ids)
                 if error is not None:
                     raise error
@@ -318,31 +481,13 @@ class PoolShell:
 
     def unpin_blocks(self, blocks: Iterable[object], on_reuse: OnReuse) -> None:
         """Release references that stay readable until reallocation; see the spec. O(len)."""
+        self._refuse_reentry("unpin_blocks")
         if not callable(on_reuse):
             raise InvalidArgument(f"on_reuse must be callable, got {on_reuse!r}")
         ids = self._local_ids(blocks)
         self._core_unpin(ids)
         for b in ids:
             self._callbacks[b] = on_reuse  # an existing entry keeps its place
-
-    def _fire_watchers(self, fired: Sequence[int], result: object = None) -> None:
-        """Call the watchers of ``fired`` blocks in order; re-raise the first failure after.
-
-        The operation has completed by then; its result rides on the error as ``.result`` so
-        that nothing (e.g. freshly allocated blocks) is lost.
-        """
-        first_error: BaseException | None = None
-        for b in fired:
-            callback = self._callbacks.pop(int(b))
-            try:
-                callback(int(b))
-            except Exception as exc:  # noqa: BLE001 - re-raised below as WatcherError
-                if first_error is None:
-                    first_error = exc
-        if first_error is not None:
-            error = WatcherError(f"a reuse watcher raised: {first_error!r}")
-            error.result = result
-            raise error from first_error
 
     # -- the prefix cache -----------------------------------------------------------------
 
@@ -353,6 +498,38 @@ class PoolShell:
         group_ids = tuple(as_group_id(g) for g in kv_cache_group_ids)
         result = self._core_get_cached_block(block_hash, group_ids)
         return None if result is None else [int(b) for b in result]
+
+    def check_reportable(
+        self,
+        request: Any,
+        hashes: Sequence[object],
+        table_len: int,
+        num_cached: object,
+        num_full: object,
+        block_size: object,
+        group_id: object,
+        mask: tuple[bool, ...] | None,
+    ) -> None:
+        """With events on: raise the error building this cache call's ``BlockStored`` would
+        hit (a request without token ids, a LoRA without a name, ...), before the pool moves.
+
+        Only once the call's own arguments pass (their errors are the core's to raise, in
+        the spec's order), so this adds errors and never reorders them.
+        """
+        from kvpool.batch.checks import cache_arguments_rejection
+
+        if cache_arguments_rejection(
+            self.enable_caching, self.hash_block_size, len(hashes), table_len, num_cached,
+            num_full, block_size, group_id, mask,
+        ) is not None or num_cached >= num_full:  # type: ignore[operator]
+            return
+        ratio = block_size // self.hash_block_size  # type: ignore[operator]
+        if pre.bad_block_hashes(hashes, num_cached, num_full, ratio) is not None:  # type: ignore[arg-type]
+            return
+        error = stored_rejection(request, self._events.ctx, hashes, num_cached, num_full,  # type: ignore[arg-type]
+                                 block_size, group_id)  # type: ignore[arg-type]
+        if error is not None:
+            raise error
 
     def cache_full_blocks(
         self,
@@ -365,14 +542,16 @@ class PoolShell:
         block_mask: Sequence[object] | None = None,
     ) -> None:
         """Key the blocks at positions ``[num_cached_blocks, num_full_blocks)``; see the spec."""
+        self._refuse_reentry("cache_full_blocks")
+        hashes = request_block_hashes(request)
+        ids = self._local_ids(blocks)
+        group_id = as_group_id(kv_cache_group_id)
+        mask = as_mask(block_mask)
+        if self.enable_kv_cache_events:
+            self.check_reportable(request, hashes, len(ids), num_cached_blocks,
+                                  num_full_blocks, block_size, group_id, mask)
         records = self._core_cache_full_blocks(
-            request.block_hashes,
-            self._local_ids(blocks),
-            num_cached_blocks,
-            num_full_blocks,
-            block_size,
-            as_group_id(kv_cache_group_id),
-            as_mask(block_mask),
+            hashes, ids, num_cached_blocks, num_full_blocks, block_size, group_id, mask
         )
         self._events.record(records, request)
 
@@ -386,32 +565,38 @@ class PoolShell:
         replace_existing_hashes: bool = False,
     ) -> bytes | None:
         """Register a prefix entry ending inside ``block``; returns its key; see the spec."""
+        self._refuse_reentry("cache_partial_block")
+        hashes = request_block_hashes(request)
+        block_id = self._local_id(block)
+        group_id = as_group_id(kv_cache_group_id)
+        if self.enable_kv_cache_events:
+            error = partial_stored_rejection(request, self._events.ctx, hashes, num_tokens,
+                                             group_id)
+            if error is not None:
+                raise error
         key, records = self._core_cache_partial_block(
-            request.block_hashes,
-            self._local_id(block),
-            num_tokens,
-            as_group_id(kv_cache_group_id),
-            block_size,
-            bool(replace_existing_hashes),
+            hashes, block_id, num_tokens, group_id, block_size, bool(replace_existing_hashes),
         )
         self._events.record(records, request)
         return key
 
     def move_block_hashes(self, src_block: object, dst_block: object) -> None:
         """Hand every key of ``src_block`` to ``dst_block``; no events. See the spec."""
+        self._refuse_reentry("move_block_hashes")
         self._core_move_block_hashes(self._local_id(src_block), self._local_id(dst_block))
 
     def evict_blocks(self, block_ids: Iterable[object]) -> None:
         """Drop the cache identity of each block; ref counts and queue untouched. O(len)."""
+        self._refuse_reentry("evict_blocks")
         ids = self._local_ids(block_ids)
         records = self._core_evict_blocks(ids)
         self._events.record(records)
         if self.metrics_collector is not None:
-            for b in ids:
-                self.metrics_collector.on_block_evicted(b)
+            self._deliver([("on_block_evicted", (b,)) for b in ids], ())
 
     def reset_prefix_cache(self) -> bool:
         """Forget the whole prefix cache if nothing but the null block is held."""
+        self._refuse_reentry("reset_prefix_cache")
         ok, records, fired = self._core_reset_prefix_cache()
         if not ok:
             held = self.num_gpu_blocks - self.get_num_free_blocks() - 1
@@ -421,17 +606,32 @@ class PoolShell:
         else:
             logger.info("Successfully reset prefix cache")
             self._events.record(records)
-            if self.metrics_collector is not None:
-                self.metrics_collector.reset()
-            self._fire_watchers(fired, result=True)
+            metrics = [("reset", ())] if self.metrics_collector is not None else []
+            if metrics or fired:
+                self._deliver(metrics, fired, result=True)
         return ok
 
     def emit_cached_block_events(
         self, request: Any, num_cached_blocks: int, block_size: int, kv_cache_group_id: int
     ) -> None:
         """One ``BlockStored`` for positions ``0…n-1`` (full reporting); no state change."""
+        self._refuse_reentry("emit_cached_block_events")
+        hashes = request_block_hashes(request)
+        group_id = as_group_id(kv_cache_group_id)
+        if self.enable_kv_cache_events:
+            error = pre.emit_cached_block_events_rejection(
+                _HbsView(self.hash_block_size), hashes, num_cached_blocks, block_size, group_id
+            )
+            if error is None and num_cached_blocks:
+                ratio = block_size // self.hash_block_size
+                error = pre.bad_block_hashes(hashes, 0, num_cached_blocks, ratio) or (
+                    stored_rejection(request, self._events.ctx, hashes, 0, num_cached_blocks,
+                                     block_size, group_id)
+                )
+                if error is not None:
+                    raise error
         records = self._core_emit_cached_block_events(
-            request.block_hashes, num_cached_blocks, block_size, as_group_id(kv_cache_group_id)
+            hashes, num_cached_blocks, block_size, group_id
         )
         self._events.record(records, request)
 
@@ -468,6 +668,14 @@ class PoolShell:
     def watched_blocks(self) -> tuple[int, ...]:
         """Blocks with a pending reuse watcher, in watcher-table order."""
         return tuple(self._callbacks)
+
+
+@dataclass(frozen=True)
+class _HbsView:
+    """What the state-free checks read of a pool: its ``hash_block_size``."""
+
+    hash_block_size: int
+    num_blocks: int = 0
 
 
 @dataclass(frozen=True)

@@ -381,13 +381,16 @@ def test_numpy_id_arrays_of_any_integer_dtype_are_accepted():
     t.fast[0].free_blocks(arr)
 
 
-def test_hash_lists_that_are_not_plain_bytes_are_keyed_like_the_spec():
+def test_hashes_that_are_not_bytes_are_rejected_like_the_spec():
+    # bytearray and memoryview are refused too: a stored key must not change afterwards.
     t = FastTwin(6)
     r = request_with_hashes(2)
-    r.block_hashes[:] = [bytearray(block_hash("a")), memoryview(block_hash("b"))]
     blocks = t.get_new_blocks(2)
-    t.cache_full_blocks(r, blocks, 0, 2, 16, 0)
-    assert t.get_cached_block(block_hash("b"), [0]) == [blocks[1]]
+    for bad in (bytearray(block_hash("b")), memoryview(block_hash("b")), 7):
+        r.block_hashes[:] = [block_hash("a"), bad]
+        with pytest.raises(InvalidArgument, match=r"block_hashes\[1\]"):
+            t.cache_full_blocks(r, blocks, 0, 2, 16, 0)
+    assert t.get_cached_block(block_hash("a"), [0]) is None
 
 
 def test_without_numba_make_pool_reports_the_backend_unavailable():

@@ -20,9 +20,10 @@ same message). Only then does it call the verbs, which can no longer fail. That 
 is the price of atomicity: the composition checks what its verbs check again. The checks
 that depend on the pool's state read it through :mod:`kvpool.batch.observe`.
 
-A reuse watcher that raises does not cut a composition short: the allocation it fires in has
-completed, so the rest of the sequence runs and the :class:`WatcherError` is re-raised at the
-end with the verb's result as ``.result``.
+A reuse watcher or metrics collector that raises does not cut a composition short: the verb
+it fires in has completed, so the rest of the sequence runs and the first
+:class:`~kvpool.errors.CallbackError` (``WatcherError`` or ``MetricsCollectorError``) is
+re-raised at the end with the batch verb's result as ``.result``.
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ from kvpool.batch.checks import (
     count,
     dims,
     table_ids,
+    write_rejection,
 )
 from kvpool.batch.observe import Observer, observe
-from kvpool.errors import WatcherError
+from kvpool.errors import CallbackError
+from kvpool.shell import request_block_hashes
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
 
@@ -76,18 +79,26 @@ def find_longest_cache_hit(
     return result
 
 
-def _allocate(pool: Any, n: int) -> tuple[list[int], WatcherError | None]:
-    """``get_new_blocks(n)``; a watcher's error is held back (the allocation completed)."""
+def _allocate(pool: Any, n: int, held: list[CallbackError]) -> list[int]:
+    """``get_new_blocks(n)``; a callback's error is held back (the allocation completed)."""
+    return [int(b) for b in _call(held, pool.get_new_blocks, n)]
+
+
+def _call(held: list[CallbackError], verb: Any, *args: Any) -> Any:
+    """``verb(*args)``; a :class:`CallbackError` (the verb completed) is kept in ``held`` —
+    the first one only — and its ``.result`` returned instead."""
     try:
-        return [int(b) for b in pool.get_new_blocks(n)], None
-    except WatcherError as error:
-        return [int(b) for b in error.result], error  # type: ignore[attr-defined]
+        return verb(*args)
+    except CallbackError as error:
+        if not held:
+            held.append(error)
+        return error.result
 
 
-def _raise_held(error: WatcherError | None, result: object) -> None:
-    if error is not None:
-        error.result = result  # type: ignore[attr-defined]
-        raise error
+def _raise_held(held: list[CallbackError], result: object) -> None:
+    if held:
+        held[0].result = result
+        raise held[0]
 
 
 def admit(
@@ -148,9 +159,10 @@ def admit(
     evictable = observe(pool).ref_cnts(hits).count(0) if hits else 0
     if num - len(hits) + evictable + reserve > pool.get_num_free_blocks():
         return None
+    held: list[CallbackError] = []
     if hits:
-        pool.touch(hits)
-    new, held = _allocate(pool, num - len(hits))
+        _call(held, pool.touch, hits)
+    new = _allocate(pool, num - len(hits), held)
     if caching and num_full > len(hits):
         pool.cache_full_blocks(request, hits + new, len(hits), num_full, block_size,
                                kv_cache_group_id)
@@ -208,7 +220,8 @@ def step(
     for request, blocks, num_cached, num_full in items:
         pool.cache_full_blocks(request, blocks, num_cached, num_full, block_size,
                                kv_cache_group_id)
-    new, held = _allocate(pool, count(num_new_blocks))  # type: ignore[arg-type]
+    held: list[CallbackError] = []
+    new = _allocate(pool, count(num_new_blocks), held)  # type: ignore[arg-type]
     for table in tables:
         pool.free_blocks(table)
     _raise_held(held, new)
@@ -258,13 +271,18 @@ def allocate_and_cache(
         raise error
     assert isinstance(n, int)
     table = list(blocks)
+    hashes = request_block_hashes(request)
     error = cache_arguments_rejection(
-        pool.enable_caching, pool.hash_block_size, len(request.block_hashes),
+        pool.enable_caching, pool.hash_block_size, len(hashes),
         len(table) + n, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, mask,
     )
     if error:
         raise error
     old = table_ids(pool, table)
+    error = write_rejection(pool, request, hashes, num_cached_blocks, num_full_blocks,
+                            block_size, kv_cache_group_id)
+    if error:
+        raise error
     if num_cached_blocks < num_full_blocks:
         sim = Simulation(pool)
         sim.pending = n
@@ -283,7 +301,8 @@ def allocate_and_cache(
         error = candidates_rejection(sim, cands, num_cached_blocks, block_size, mask)
         if error:
             raise error
-    new, held = _allocate(pool, n)
+    held: list[CallbackError] = []
+    new = _allocate(pool, n, held)
     pool.cache_full_blocks(request, [*old, *new], num_cached_blocks, num_full_blocks,
                            block_size, kv_cache_group_id, mask)
     _raise_held(held, new)

@@ -28,7 +28,8 @@ from kvpool.errors import (
     KvPoolError,
     NoFreeBlocks,
 )
-from kvpool.shell import BlockRef, as_block_id, as_block_ids
+from kvpool.events import stored_rejection
+from kvpool.shell import BlockRef, as_block_id, as_block_ids, request_block_hashes
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
 
@@ -336,7 +337,8 @@ def admit_rejection(
         )
     if not pool.enable_caching:
         return None
-    hashes = coarse_hashes(request.block_hashes, block_size // pool.hash_block_size)
+    fine = request_block_hashes(request)
+    hashes = coarse_hashes(fine, block_size // pool.hash_block_size)
     if len(hashes) < num_full_blocks:
         return InvalidArgument(
             f"request has {len(hashes)} block hashes at block_size {block_size}, "
@@ -346,7 +348,25 @@ def admit_rejection(
         check_bytes(hashes[: max(max_hit_blocks, num_full_blocks)])
     except InvalidArgument as error:
         return error
-    return None
+    # Every position the call may key: the hits it finds are not known before the scan.
+    return write_rejection(pool, request, fine, 0, num_full_blocks, block_size,
+                           kv_cache_group_id)  # type: ignore[arg-type]
+
+
+def write_rejection(
+    pool: Any, request: Any, hashes: Sequence[Any], num_cached: int, num_full: int,
+    block_size: int, group_id: int,
+) -> KvPoolError | None:
+    """What ``cache_full_blocks`` checks of the hashes it reads — ``bytes``, and with events
+    on, everything its ``BlockStored`` needs — once its arguments passed. Pure."""
+    if num_cached >= num_full:
+        return None
+    ratio = block_size // pool.hash_block_size
+    error = pre.bad_block_hashes(hashes, num_cached, num_full, ratio)
+    if error is None and getattr(pool, "enable_kv_cache_events", False):
+        error = stored_rejection(request, pool.event_context, hashes, num_cached, num_full,
+                                 block_size, group_id)
+    return error
 
 
 def cache_item(item: Any) -> tuple[Any, Any, Any, Any]:
@@ -374,11 +394,13 @@ def checked_step(
     try:
         for item in cache_items:
             request, blocks, num_cached, num_full = cache_item(item)
+            hashes = request_block_hashes(request)
             ids = blocks if is_int_array(blocks) else table_ids(pool, blocks)
             error = cache_arguments_rejection(
-                pool.enable_caching, pool.hash_block_size, len(request.block_hashes),
+                pool.enable_caching, pool.hash_block_size, len(hashes),
                 len(ids), num_cached, num_full, block_size, kv_cache_group_id, None,
-            )
+            ) or write_rejection(pool, request, hashes, num_cached, num_full,  # type: ignore[arg-type]
+                                 block_size, kv_cache_group_id)  # type: ignore[arg-type]
             if error:
                 return error, items, tables
             if num_cached < num_full:  # type: ignore[operator]

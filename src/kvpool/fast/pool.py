@@ -56,6 +56,7 @@ from kvpool.spec.records import (
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 _INT_ONLY = {int}
+_BYTES_ONLY = {bytes}
 _INT64 = np.dtype(np.int64)
 
 
@@ -72,6 +73,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
     Python (slow; for tests and debugging)."""
 
     backend_name = "fast"
+    # 44 bytes of block arrays, plus about 112 for a fully cached pool's key rows (kernels.py)
+    bytes_per_block = 160
 
     def __init__(self, num_gpu_blocks: int, *args: Any, jit: bool = True, _guard: int = 0,
                  _initial_rows: int = 64, **kwargs: Any) -> None:
@@ -171,6 +174,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
 
     def get_new_blocks(self, num_blocks: int) -> list[int]:
         """Pop ``num_blocks`` free blocks (front first), evicting their old keys. O(n)."""
+        if self._delivering:
+            self._refuse_reentry("get_new_blocks")
         if type(num_blocks) is int and self.metrics_collector is None:
             try:
                 first = self._pop_unkeyed(num_blocks)
@@ -194,6 +199,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
 
     def get_new_blocks_array(self, num_blocks: int) -> np.ndarray:
         """:meth:`get_new_blocks` returning a fresh int64 array (pass it to ``free_blocks``)."""
+        if self._delivering:
+            self._refuse_reentry("get_new_blocks_array")
         if (type(num_blocks) is int and 0 <= num_blocks <= self.num_gpu_blocks
                 and self.metrics_collector is None):
             ids = np.empty(num_blocks, np.int64)  # the kernel writes the result in place
@@ -206,6 +213,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
 
     def free_blocks(self, ordered_blocks: Iterable[object]) -> None:
         """Release one reference per block, first = evict first; see the spec. O(len)."""
+        if self._delivering:
+            self._refuse_reentry("free_blocks")
         if type(ordered_blocks) is np.ndarray and ordered_blocks.dtype is _INT64:
             if ordered_blocks.ndim == 1:  # int64, any layout: the kernel reads it contiguous
                 ids = np.ascontiguousarray(ordered_blocks)
@@ -235,6 +244,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
 
     def touch(self, blocks: Iterable[object]) -> None:
         """Take a reference on each block (prefix hit); free ones leave the queue. O(len)."""
+        if self._delivering:
+            self._refuse_reentry("touch")
         ids = self._fast_ids(blocks) if self.metrics_collector is None else None
         if ids is None:
             return super().touch(blocks)
@@ -253,7 +264,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         through the shell, whose checks then raise in the spec's order. O(len(blocks)) for
         the type check of the table, O(candidates) otherwise.
         """
-        hashes = request.block_hashes
+        if self._delivering:
+            self._refuse_reentry("cache_full_blocks")
+        hashes = getattr(request, "block_hashes", None)
         num_cached, num_full = num_cached_blocks, num_full_blocks
         if (block_mask is None and type(blocks) is list and type(hashes) is list
                 and type(num_cached) is int and type(num_full) is int
@@ -268,8 +281,14 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 h = selected[0]
                 buf, lens, max_len = (np.frombuffer(h, np.uint8), uniform_lens(1, len(h)),
                                       len(h))
-            else:
+            elif set(map(type, selected)) == _BYTES_ONLY:
                 buf, lens, max_len = hash_buffer(selected)
+            else:  # a hash that is not bytes: the shell's checks say which, in spec order
+                return super().cache_full_blocks(request, blocks, num_cached_blocks,
+                                                 num_full_blocks, block_size, kv_cache_group_id)
+            if self.enable_kv_cache_events:
+                self.check_reportable(request, hashes, len(blocks), num_cached, num_full,
+                                      block_size, kv_cache_group_id, None)
             if len(values) == 1 and -(2**63) <= values[0] < 2**63:
                 cand = self._cand1  # one block fills per decode step: skip building an array
                 cand[0] = values[0]
@@ -440,6 +459,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             cand = np.array(cand_values, dtype=np.int64).reshape(-1)
         except OverflowError:
             raise self._first_bad_id(cand_values) from None
+        error = pre.bad_block_hashes(hashes, num_cached, num_full, ratio)
+        if error:
+            raise error
         selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
         buf, lens, max_len = hash_buffer(selected)
         mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
@@ -471,6 +493,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 f"num_tokens {num_tokens} needs {num_tokens // hbs} block hashes; "
                 f"the request has {len(hashes)}"
             )
+        error = pre.bad_block_hashes(hashes, num_tokens // hbs - 1, num_tokens // hbs, 1)
+        if error:
+            raise error
         block_hash = hashes[num_tokens // hbs - 1]
         key = pack_key(block_hash, group_id)
         buf = np.frombuffer(key[: len(key) - 4], np.uint8)

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvpool import batch
+from kvpool.batch.checks import write_rejection
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.keys import MAX_GROUP_ID
-from kvpool.shell import as_mask
+from kvpool.shell import as_mask, request_block_hashes
 from kvpool.spec.records import RemovedRecord
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class FastBatchVerbs:
     num_gpu_blocks: int
     metrics_collector: Any
     _events: Any
+    _delivering: bool
     _last_pack: tuple | None = None  # _packed_prefix's memory: (list, its hashes, packed)
     _memo: np.ndarray | None = None  # _scan_memo: (key row, generation) per hit position
     _memo_len = 0
@@ -135,6 +137,8 @@ class FastBatchVerbs:
         With a metrics collector or a pending reuse watcher the composition runs, so that
         callbacks fire between the two verbs. O(new + candidates).
         """
+        if self._delivering:
+            self._refuse_reentry("allocate_and_cache")  # type: ignore[attr-defined]
         if self.metrics_collector is not None or self._st.num_watchers():
             return batch.allocate_and_cache(self, request, blocks, num_new_blocks,
                                             num_cached_blocks, num_full_blocks, block_size,
@@ -143,9 +147,7 @@ class FastBatchVerbs:
         error = batch.allocation_rejection(n, self._st.num_free())
         if error:
             raise error
-        hashes = request.block_hashes
-        if not isinstance(hashes, (list, tuple)):
-            hashes = tuple(hashes)
+        hashes = request_block_hashes(request)
         table = blocks if isinstance(blocks, (list, tuple)) else list(blocks)
         mask = as_mask(block_mask)
         num_cached, num_full = num_cached_blocks, num_full_blocks
@@ -159,6 +161,10 @@ class FastBatchVerbs:
             old = self._local_ids(table)  # type: ignore[attr-defined]
         if not ratio:
             return self.get_new_blocks(n)  # type: ignore[attr-defined]
+        error = write_rejection(self, request, hashes, num_cached, num_full, block_size,
+                                kv_cache_group_id)
+        if error:
+            raise error
         old_cand = old[num_cached:num_full]
         cand = np.empty(num_full - num_cached, np.int64)
         try:
@@ -189,7 +195,9 @@ class FastBatchVerbs:
               kv_cache_group_id: int) -> tuple[list[int], list[int]] | None:
         """A new request's lookup, admission test, touch, allocation and caching in one
         kernel call; see :func:`kvpool.batch.admit`. O(hits + num_blocks)."""
-        hashes = request.block_hashes
+        if self._delivering:
+            self._refuse_reentry("admit")  # type: ignore[attr-defined]
+        hashes = getattr(request, "block_hashes", None)
         if (type(max_hit_blocks) is int and type(num_blocks) is int
                 and type(num_full_blocks) is int and type(reserve_blocks) is int
                 and type(kv_cache_group_id) is int and type(block_size) is int
@@ -197,7 +205,9 @@ class FastBatchVerbs:
                 and 0 <= max_hit_blocks <= num_blocks <= self.num_gpu_blocks
                 and 0 <= num_full_blocks <= num_blocks and 0 <= reserve_blocks < _MAX_RESERVE
                 and 0 <= kv_cache_group_id <= MAX_GROUP_ID and self.metrics_collector is None
-                and type(hashes) is list and num_full_blocks <= len(hashes)):
+                and type(hashes) is list and num_full_blocks <= len(hashes)
+                and not (self.enable_kv_cache_events and self.enable_caching and write_rejection(
+                    self, request, hashes, 0, num_full_blocks, block_size, kv_cache_group_id))):
             if self.enable_caching:
                 packed = self._packed_prefix(hashes, max(max_hit_blocks, num_full_blocks))
             else:
@@ -264,13 +274,21 @@ class FastBatchVerbs:
         arrays or int lists, hashes in lists, no metrics collector, no pending watcher when
         allocating.
         """
+        if self._delivering:
+            self._refuse_reentry("step")  # type: ignore[attr-defined]
+        # Read more than once below (plan, checks, events): a one-shot iterator would be
+        # consumed by the first reader.
+        if type(cache_items) is not list and type(cache_items) is not tuple:
+            cache_items = list(cache_items)
+        if type(free_tables) is not list and type(free_tables) is not tuple:
+            free_tables = list(free_tables)
         n = num_new_blocks
         st = self._st
         if (type(n) is int and type(block_size) is int and type(kv_cache_group_id) is int
                 and 0 <= n <= self.num_gpu_blocks and block_size == self.hash_block_size
                 and 0 <= kv_cache_group_id <= MAX_GROUP_ID and self.metrics_collector is None
                 and (n == 0 or not st.num_watchers())):
-            plan = self._step_plan(cache_items, n, free_tables)
+            plan = self._step_plan(cache_items, n, free_tables, kv_cache_group_id)
             if plan is not None:
                 plan_arr, freed, buf, lens, max_len = plan
                 # The bound kernel directly (st.step grows the arrays when it finds no room).
@@ -301,8 +319,8 @@ class FastBatchVerbs:
         :func:`kvpool.batch.free_tables`."""
         self.step((), 0, tables, self.hash_block_size, 0)
 
-    def _step_plan(self, cache_items: Sequence[Any], n: int,
-                   free_tables: Sequence[Any]) -> tuple | None:
+    def _step_plan(self, cache_items: Sequence[Any], n: int, free_tables: Sequence[Any],
+                   group: int = 0) -> tuple | None:
         """The kernel's arguments for a lean step (ratio 1), or ``None`` for the generic path.
 
         Every table is type-checked whole (the composition converts it whole), but only its
@@ -312,6 +330,7 @@ class FastBatchVerbs:
         hs: list[Any] = []
         m = 0
         caching = self.enable_caching
+        events = self.enable_kv_cache_events
         try:
             for request, blocks, c, f in cache_items:
                 if type(c) is not int or type(f) is not int or c < 0 or f < 0 or not caching:
@@ -325,6 +344,9 @@ class FastBatchVerbs:
                     if (f > blocks.shape[0] or type(hashes) is not list
                             or f > len(hashes)):
                         return None
+                    if events and write_rejection(self, request, hashes, c, f,
+                                                  self.hash_block_size, group):
+                        return None
                     if f - c == 1:  # one block filled: the common case
                         plan += (c, 1, blocks.item(c))
                         hs.append(hashes[c])
@@ -337,12 +359,15 @@ class FastBatchVerbs:
                     hashes = request.block_hashes
                     if f > len(blocks) or type(hashes) is not list or f > len(hashes):
                         return None
+                    if events and write_rejection(self, request, hashes, c, f,
+                                                  self.hash_block_size, group):
+                        return None
                     plan += (c, f - c, *blocks[c:f])
                     hs += hashes[c:f]
                 else:
                     return None
                 m += 1
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, AttributeError):
             return None  # an item that is not a 4-sequence: the generic path says why
         plan[0] = m
         arrays = []

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from kvpool.errors import KvPoolError, WatcherError
+from kvpool.errors import CallbackError, KvPoolError
 from kvpool.events import EventContext, EventGap, cache_index_of, replay
 from kvpool.harness.backends import Backend, PoolFactory, resolve_backends
 from kvpool.harness.reproduction import Reproduction
@@ -60,8 +60,8 @@ class Reply(NamedTuple):
 
     @property
     def rejected(self) -> bool:
-        """The call was refused (a typed error other than a completed call's WatcherError)."""
-        return self.error is not None and not isinstance(self.error, WatcherError)
+        """The call was refused (a typed error other than a completed call's CallbackError)."""
+        return self.error is not None and not isinstance(self.error, CallbackError)
 
 
 def _short(value: Any, limit: int = 300) -> str:
@@ -332,7 +332,7 @@ class Lockstep:
             mismatch = ok != ok0 or (not ok and type(v) is not type(v0))
             if not mismatch and ok and normalize(v) != normalize(v0):
                 mismatch = True
-            if not mismatch and not ok and isinstance(v0, WatcherError):
+            if not mismatch and not ok and isinstance(v0, CallbackError):
                 mismatch = normalize(getattr(v, "result", None)) != normalize(v0.result) or (
                     type(v.__cause__) is not type(v0.__cause__)
                 )

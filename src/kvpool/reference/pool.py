@@ -58,6 +58,7 @@ class ReferenceBlockPool(PoolShell):
     """
 
     backend_name = "reference"
+    bytes_per_block = 160  # a KVCacheBlock with its links (136 bytes measured), rounded up
     contract_checker: ContractChecker | None = None
     """The lockstep spec checker, when built with ``check_contracts=True``."""
 

@@ -21,6 +21,8 @@ class SpecPool(PoolShell):
     """The spec as a block pool backend."""
 
     backend_name = "spec"
+    # 64 bytes of tuples per block, twice: an operation builds the next state beside this one
+    bytes_per_block = 128
 
     def _core_init(self, config: PoolConfig) -> None:
         self.state = initial_state(

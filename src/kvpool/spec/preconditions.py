@@ -29,9 +29,10 @@ from kvpool.errors import (
     KvPoolError,
     NoFreeBlocks,
     NullBlockMisuse,
+    RefCountOverflow,
 )
 from kvpool.keys import is_valid_group_id
-from kvpool.spec.state import NULL_BLOCK_ID, PoolView, keys_of_block
+from kvpool.spec.state import MAX_REF_CNT, NULL_BLOCK_ID, PoolView, keys_of_block
 
 
 def is_count(value: object) -> TypeGuard[int]:
@@ -79,6 +80,42 @@ def over_release(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | Non
     return None
 
 
+def over_reference(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
+    """A block this batch would take past ``MAX_REF_CNT`` references (null excluded): the
+    first position, in batch order, whose block overflows."""
+    limit = MAX_REF_CNT - len(block_ids)
+    if all(state.ref_cnt[b] <= limit for b in block_ids):
+        return None  # the common case: no block is anywhere near the limit
+    takes: Counter[int] = Counter(b for b in block_ids if b != NULL_BLOCK_ID)
+    for b in block_ids:
+        if b != NULL_BLOCK_ID and state.ref_cnt[b] + takes[b] > MAX_REF_CNT:
+            return RefCountOverflow(
+                f"block {b} has ref_cnt {state.ref_cnt[b]}; {takes[b]} more reference(s) "
+                f"would exceed the limit of {MAX_REF_CNT}"
+            )
+    return None
+
+
+def bad_block_hashes(
+    block_hashes: Sequence[object], num_cached: int, num_full: int, ratio: int
+) -> KvPoolError | None:
+    """The first hash a cache write of positions ``[num_cached, num_full)`` reads (fine index
+    ``(k + 1) * ratio - 1`` for position ``k``) that is not ``bytes``.
+
+    vLLM's block hashes are ``bytes``; anything else would be stored under a different key
+    by each backend (``bytes(5)`` is five zero bytes). ``bytearray``/``memoryview`` are
+    refused too: a key must not change after it is stored.
+    """
+    for k in range(num_cached, num_full):
+        i = (k + 1) * ratio - 1
+        h = block_hashes[i]
+        if not isinstance(h, bytes):
+            return InvalidArgument(
+                f"block_hashes[{i}] is {type(h).__name__}, not bytes (a block hash is bytes)"
+            )
+    return None
+
+
 def get_new_blocks_rejection(state: PoolView, num_blocks: object) -> KvPoolError | None:
     if not is_count(num_blocks):
         return InvalidArgument(f"num_blocks must be a non-negative int, got {num_blocks!r}")
@@ -90,7 +127,7 @@ def get_new_blocks_rejection(state: PoolView, num_blocks: object) -> KvPoolError
 def touch_rejection(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
     # A non-null block with ref 0 is always queued (invariant 5), so NotQueued cannot arise
     # for a local id; vLLM's mid-batch RuntimeError has no id-based counterpart.
-    return bad_block_id(state, block_ids)
+    return bad_block_id(state, block_ids) or over_reference(state, block_ids)
 
 
 def free_blocks_rejection(state: PoolView, block_ids: Sequence[int]) -> KvPoolError | None:
@@ -162,12 +199,16 @@ def cache_full_blocks_rejection(
         return InvalidArgument(
             f"block_mask has {len(mask)} entries for {num_full - num_cached} candidates"
         )
-    available = len(block_hashes) // (block_size // state.hash_block_size)
+    ratio = block_size // state.hash_block_size
+    available = len(block_hashes) // ratio
     if available < num_full:
         return InvalidArgument(
             f"request has {available} block hashes at block_size {block_size}, "
             f"needs {num_full}"
         )
+    error = bad_block_hashes(block_hashes, num_cached, num_full, ratio)
+    if error:
+        return error
     candidates = block_ids[num_cached:num_full]
     error = bad_block_id(state, candidates)
     if error:
@@ -215,6 +256,9 @@ def cache_partial_block_rejection(
             f"num_tokens {num_tokens} needs {num_tokens // hbs} block hashes; "
             f"the request has {len(block_hashes)}"
         )
+    error = bad_block_hashes(block_hashes, num_tokens // hbs - 1, num_tokens // hbs, 1)
+    if error:
+        return error
     if state.ref_cnt[block_id] == 0:
         return HashStateError(f"cannot cache free block {block_id} (ref_cnt 0)")
     return None

@@ -27,6 +27,10 @@ from typing import Protocol
 NULL_BLOCK_ID = 0
 """Block 0 is the null block: a placeholder for skipped positions, never handed out."""
 
+MAX_REF_CNT = 2**31 - 1
+"""Most references one block may hold: the fast backend counts in int32, and every backend
+refuses a ``touch`` beyond it (``RefCountOverflow``) so that all stay identical."""
+
 
 @dataclass(frozen=True)
 class PoolState:
