@@ -100,6 +100,9 @@ ERR_ARGUMENT = 9  # negative count or malformed shapes (the shell checks these f
 ERR_CAPACITY = 10  # the state did not grow an array first: a bug, never user input
 NEED_FULL = 11  # the lean allocation path declines; use the full kernel
 REFUSED = 12  # admit_request: the admission test failed (not an error; nothing changed)
+ERR_REF_OVERFLOW = 13  # touch past MAX_REF_CNT; M_ERR_INDEX = first position that overflows
+
+MAX_REF_CNT = 2**31 - 1  # int32 ref counts; equals kvpool.spec.state.MAX_REF_CNT (tested)
 
 EV_REMOVED, EV_STORED, EV_PARTIAL, EV_CLEARED = 1, 2, 3, 4
 
@@ -553,13 +556,17 @@ def touch(blk, meta, ids):
     """One more reference per listed block; a free one leaves the queue. Null skipped.
 
     blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE], ids int64 [m] (any values).
-    Errors: ERR_BLOCK_ID (M_ERR_INDEX = position).
+    Errors: ERR_BLOCK_ID, ERR_REF_OVERFLOW (M_ERR_INDEX = position).
     """
     n = blk.shape[0] - 2
     bad = _first_bad_id(ids, n)
     if bad >= 0:
         meta[M_ERR_INDEX] = bad
         return ERR_BLOCK_ID
+    bad = _first_over_referenced(blk, ids)
+    if bad >= 0:
+        meta[M_ERR_INDEX] = bad
+        return ERR_REF_OVERFLOW
     taken = 0  # one meta store at the end (see free_blocks on aliasing)
     for i in range(ids.shape[0]):
         b = ids[i]
@@ -571,6 +578,31 @@ def touch(blk, meta, ids):
         blk[b, REF] += 1
     meta[M_NUM_FREE] -= taken
     return OK
+
+
+def _first_over_referenced(blk, ids):
+    """First position whose (non-null) block would pass MAX_REF_CNT if every listed
+    reference were taken, or -1. The exact count runs only for a block near the limit
+    (never, in practice), so the common batch costs one comparison per id."""
+    m = ids.shape[0]
+    limit = MAX_REF_CNT - m
+    near = False
+    for i in range(m):
+        if blk[ids[i], REF] > limit:
+            near = True
+    if not near:
+        return -1
+    for i in range(m):
+        b = ids[i]
+        if b == 0 or blk[b, REF] <= limit:
+            continue
+        takes = 0
+        for j in range(m):
+            if ids[j] == b:
+                takes += 1
+        if int(blk[b, REF]) + takes > MAX_REF_CNT:
+            return i
+    return -1
 
 
 def _release(blk, b, caching, cursor):
@@ -949,6 +981,8 @@ def admit_request(blk, blk64, ent, keys, key_bytes, table, meta, events, out, me
             memo[1, h] = keys[kid, K_GEN]
         b = keys[kid, K_BLOCK]
         out[h] = b
+        if blk[b, REF] > MAX_REF_CNT - num_blocks:
+            return NEED_FULL  # the composition's touch reports the overflow
         if blk[b, REF] == 0:
             evictable += 1
             if num_blocks - limit + evictable > free - reserve:

@@ -145,6 +145,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             return self._bad_id(b)
         if code == k.ERR_NULL_BLOCK:
             return NullBlockMisuse("unpin_blocks got the null block (id 0)")
+        if code == k.ERR_REF_OVERFLOW:
+            return pre.over_reference(self._core_state(), tuple(int(x) for x in ids)) or (
+                self._internal(code))
         if code == k.ERR_DOUBLE_FREE:
             count = int(np.count_nonzero(ids == b))
             return DoubleFree(
