@@ -391,6 +391,8 @@ def checked_step(
     sim = Simulation(pool)
     items: list[tuple[Any, Any, Any, Any]] = []
     tables: list[Any] = []
+    if not isinstance(free_tables, (list, tuple)):
+        free_tables = list(free_tables)  # a one-shot iterator: read here, passed on converted
     try:
         for item in cache_items:
             request, blocks, num_cached, num_full = cache_item(item)

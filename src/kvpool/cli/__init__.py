@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from kvpool.errors import KvPoolError
+
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for ``yes | head``: the reader left early."""
 
@@ -43,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except KvPoolError as exc:
+        # Bad input a subcommand did not anticipate: one line, never a traceback.
+        print(f"kvpool {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except (MemoryError, RecursionError) as exc:
+        print(f"kvpool {args.command}: input too large ({type(exc).__name__})", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader went away (``kvpool bench --json | head``): no traceback, and nothing
         # more to write; point stdout at devnull so the interpreter's final flush is quiet.

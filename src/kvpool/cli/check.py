@@ -17,7 +17,7 @@ import json
 import sys
 from typing import TextIO
 
-from kvpool.cli._args import non_negative_int, positive_int
+from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
 from kvpool.errors import BackendUnavailable
 
 
@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="rule applications to run in total (10000)")
     parser.add_argument("--seed", type=non_negative_int, default=None, metavar="S",
                         help="seed (default: random, printed)")
-    parser.add_argument("--num-blocks", type=positive_int, default=None, metavar="N",
+    parser.add_argument("--num-blocks", type=block_count, default=None, metavar="N",
                         help="pool size for every shape (default: 8-32, varied)")
     parser.add_argument("--valid-only", action="store_true",
                         help="skip BEHAVIOUR.md §12's invalid calls (pools that do not validate)")
@@ -78,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
     if not backends:
         print("kvpool check: --backends names no backend", file=sys.stderr)
         return 2
+    if args.num_blocks is not None:
+        # The harness builds several pools per backend; one that cannot be built is
+        # refused here, as usage, not reported as a divergence (MemoryError).
+        why = pool_fits("--num-blocks", backends, args.num_blocks)
+        if why:
+            print(f"kvpool check: {why}", file=sys.stderr)
+            return 2
     try:
         report = run_check(
             backends,

@@ -13,7 +13,7 @@ import json
 import sys
 
 from kvpool.backends import BACKENDS
-from kvpool.cli._args import non_negative_int, positive_int
+from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
 from kvpool.errors import KvPoolError
 from kvpool.workload.driver import SimulationReport
 from kvpool.workload.simulate import DEFAULT_MAX_RUNNING, DEFAULT_NUM_BLOCKS, simulate
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trace", metavar="FILE", help="JSONL trace (default: built-in chat)")
     parser.add_argument("--backend", choices=sorted(BACKENDS), default="fast")
-    parser.add_argument("--num-blocks", type=positive_int, default=DEFAULT_NUM_BLOCKS,
+    parser.add_argument("--num-blocks", type=block_count, default=DEFAULT_NUM_BLOCKS,
                         metavar="N", help=f"pool size, null block included ({DEFAULT_NUM_BLOCKS})")
     parser.add_argument("--block-size", type=positive_int, default=16, metavar="B")
     parser.add_argument("--max-running", type=positive_int, default=DEFAULT_MAX_RUNNING,
@@ -43,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    why = pool_fits("--num-blocks", [args.backend], args.num_blocks)
+    if why:
+        print(f"kvpool simulate: {why}", file=sys.stderr)
+        return 2
     try:
         report = simulate(
             args.trace,

@@ -8,7 +8,7 @@ fields::
 
 * ``id``: a non-empty string, unique in the file;
 * ``arrival_step``: an int ``>= 0``, the scheduler step at which the request arrives;
-* ``prompt``: a non-empty list of token ids (ints ``>= 0``);
+* ``prompt``: a non-empty list of token ids (ints in ``[0, 2**63)``);
 * ``output_len``: an int ``>= 0``, how many tokens the request generates.
 
 Blank lines are skipped (a trailing newline is not an error). Every other line must be a
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvpool.errors import KvPoolError
+from kvpool.request import MAX_TOKEN_ID
 
 TRACE_FIELDS = ("id", "arrival_step", "prompt", "output_len")
 """The fields of a trace line, in the order the writer emits them."""
@@ -82,6 +83,8 @@ def parse_request(text: str) -> TraceRequest:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("invalid JSON (nested too deeply)") from None
     if not isinstance(record, dict):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
     missing = [f for f in TRACE_FIELDS if f not in record]
@@ -93,6 +96,10 @@ def parse_request(text: str) -> TraceRequest:
     request_id = record["id"]
     if not isinstance(request_id, str) or not request_id:
         raise ValueError(f"'id' must be a non-empty string, got {request_id!r}")
+    try:
+        request_id.encode("utf-8")  # the replay derives output tokens from these bytes
+    except UnicodeEncodeError:
+        raise ValueError(f"'id' is not valid Unicode (a lone surrogate): {request_id!r}") from None
     for name in ("arrival_step", "output_len"):
         value = record[name]
         if not _is_int(value):
@@ -105,9 +112,9 @@ def parse_request(text: str) -> TraceRequest:
     if not prompt:
         raise ValueError("'prompt' is empty (a request needs at least one prompt token)")
     for position, token in enumerate(prompt):
-        if not _is_int(token) or token < 0:
+        if not _is_int(token) or token < 0 or token > MAX_TOKEN_ID:
             raise ValueError(
-                f"'prompt'[{position}] must be a token id (an integer >= 0), got {token!r}"
+                f"'prompt'[{position}] must be a token id (an int in [0, 2**63)), got {token!r}"
             )
     return TraceRequest(request_id, record["arrival_step"], tuple(prompt), record["output_len"])
 
