@@ -25,6 +25,7 @@ from hypothesis.stateful import get_state_machine_test
 from kvpool.harness.backends import Backend, PoolFactory
 from kvpool.harness.cache_rules import CacheRules
 from kvpool.harness.config import HarnessConfig
+from kvpool.harness.hostile_rules import HostileRules
 from kvpool.harness.invalid_rules import InvalidCallRules
 from kvpool.harness.machine import StepCounter
 from kvpool.harness.profiles import harness_settings
@@ -35,11 +36,12 @@ def build_machine(config: HarnessConfig, counter: StepCounter | None = None,
                   name: str = "DifferentialPoolMachine") -> type:
     """A state-machine class bound to ``config`` (and to ``counter`` for step counting).
 
-    The rules come from four modules over one model (:class:`~kvpool.harness.machine.
-    PoolMachine`): allocation and hits, caching, releases, and §12's invalid calls.
+    The rules come from five modules over one model (:class:`~kvpool.harness.machine.
+    PoolMachine`): allocation and hits, caching, releases, §12's invalid calls, and
+    issue 7's hostile callbacks and argument types.
     """
     attrs = {"config": config, "counter": counter or StepCounter(), "__module__": __name__}
-    return type(name, (InvalidCallRules, CacheRules, ReleaseRules), attrs)
+    return type(name, (HostileRules, InvalidCallRules, CacheRules, ReleaseRules), attrs)
 
 
 @contextmanager

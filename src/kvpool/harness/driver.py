@@ -260,16 +260,19 @@ class Lockstep:
             assert self.siblings is not None
             return self.siblings[i].ref(value.block_id)
         if isinstance(value, WatcherKind):
-            return self._watcher(i, tag, value.raises)
+            return self._watcher(i, tag, value.raises, value.reenter)
         if isinstance(value, list):
             return [self._translate(i, v, tag) for v in value]
         return value
 
-    def _watcher(self, i: int, tag: int, raises: bool) -> Callable[[int], None]:
+    def _watcher(self, i: int, tag: int, raises: bool,
+                 reenter: Any = None) -> Callable[[int], None]:
         log = self.fired[i]
 
         def on_reuse(block_id: int) -> None:
             log.append((tag, int(block_id)))
+            if reenter is not None:
+                reenter(self.pools[i], int(block_id))
             if raises:
                 raise WatcherRefused(f"watcher {tag} refuses block {block_id}")
 
@@ -304,6 +307,7 @@ class Lockstep:
                 outcomes.append((False, exc))
         reply = self._check_outcomes(outcomes)
         self._check_fired()
+        self._check_metrics()
         if on_siblings or uses_foreign:
             assert self.siblings is not None
             new = [p.abstract() for p in self.siblings]
@@ -356,6 +360,33 @@ class Lockstep:
                     "(watcher number, block id)",
                 )
         self._fired_seen = len(self.fired[0])
+
+    def set_metrics_collector(self, kind: Any) -> Reply:
+        """Give every backend its own collector of ``kind`` (a
+        :class:`~kvpool.harness.hostile_values.CollectorKind`, or ``None`` to remove it);
+        their call logs are compared after every later call."""
+        self.log.call("pool", "set_metrics_collector", (kind,), {})
+        self.metric_logs = [[] for _ in self.pools]
+        self._metrics_seen = 0
+        for pool, log in zip(self.pools, self.metric_logs, strict=True):
+            pool.metrics_collector = None if kind is None else kind.make(pool, log)
+        return Reply(None, None)
+
+    metric_logs: list[list[Any]] = []
+    _metrics_seen = 0
+
+    def _check_metrics(self) -> None:
+        if not self.metric_logs:
+            return
+        start = self._metrics_seen
+        expected = self.metric_logs[0][start:]
+        for label, log in zip(self.labels[1:], self.metric_logs[1:], strict=True):
+            if log[start:] != expected:
+                raise self.fail(
+                    "metrics",
+                    f"{self.labels[0]}'s collector saw {expected}\n{label}'s saw {log[start:]}",
+                )
+        self._metrics_seen = len(self.metric_logs[0])
 
     def _check_unchanged(self, reply: Reply, query: bool, old: list, new: list,
                          which: str) -> None:

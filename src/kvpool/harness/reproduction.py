@@ -18,7 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-IMPORTS = "from kvpool.harness import RAISE, RECORD, Foreign, lockstep"
+IMPORTS = (
+    "from kvpool.harness import RAISE, RECORD, Foreign, lockstep\n"
+    "from kvpool.harness.hostile_values import (COLLECT, COLLECT_RAISING, COLLECT_REENTRANT, "
+    "REENTER_ALLOCATE, REENTER_FREE, REENTER_UNPIN, with_hash, without_tokens)"
+)
 
 
 @dataclass
@@ -76,9 +80,8 @@ class Reproduction:
     def render_test(self, name: str = "test_reproduction", *, mark_last: bool = True) -> str:
         """A pytest function replaying the log (imports included)."""
         body = self.render_calls(mark_last=mark_last)
-        indented = "\n".join(
-            "    " + line if line else "" for line in [IMPORTS, "", *body.splitlines()]
-        )
+        lines = [*IMPORTS.splitlines(), "", *body.splitlines()]
+        indented = "\n".join("    " + line if line else "" for line in lines)
         return f"def {name}():\n{indented}\n"
 
 

@@ -29,13 +29,18 @@ class Foreign:
 
 
 class WatcherKind:
-    """A reuse watcher to register with ``unpin_blocks``: records, or records then raises."""
+    """A reuse watcher to register with ``unpin_blocks``: records, or records then raises.
 
-    __slots__ = ("name", "raises")
+    ``reenter(pool, block_id)``, when set, is called after recording: a watcher that calls
+    back into its own pool (:mod:`kvpool.harness.hostile_values`).
+    """
 
-    def __init__(self, name: str, raises: bool) -> None:
+    __slots__ = ("name", "raises", "reenter")
+
+    def __init__(self, name: str, raises: bool, reenter: Any = None) -> None:
         self.name = name
         self.raises = raises
+        self.reenter = reenter
 
     def __repr__(self) -> str:
         return self.name

@@ -1,0 +1,166 @@
+"""Rules for issue 7's hostile classes: callbacks that call back in or raise, and keys,
+tokens and requests of the wrong type. Generated, so they meet every state the other rules
+build, and checked in lockstep: every backend must raise the same error type (for a
+callback failure: the same ``.result`` and cause type) and keep ``abstract()`` unchanged
+when it refuses.
+
+The semantics they assert (docs/api.md, "Callbacks"): callbacks run after the operation
+completed; a state-changing call from inside one raises ``ReentrantCall`` before anything
+changes; the first failing callback is re-raised as ``WatcherError`` /
+``MetricsCollectorError`` carrying the operation's result, after every callback ran.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from kvpool.errors import CallbackError, InvalidArgument, ReentrantCall
+from kvpool.harness.hostile_values import (
+    BAD_HASHES,
+    COLLECTORS,
+    REENTRANT_WATCHERS,
+    with_hash,
+    without_tokens,
+)
+from kvpool.harness.machine import PICK, PoolMachine
+from kvpool.harness.requests import make_request
+from kvpool.spec.state import NULL_BLOCK_ID
+
+BAD_TOKENS = ("5", 1.5, None, -1, 2**63, True)
+
+
+def _hostile(self: Any) -> bool:
+    return self.config.invalid_calls
+
+
+def _reentrant(self: Any) -> bool:
+    return self.config.invalid_calls and self.config.watchers and self.config.raising_watchers
+
+
+class HostileRules(PoolMachine):
+    """:class:`PoolMachine` plus issue 7's hostile callbacks and argument types."""
+
+    hostile_requests = 0
+
+    def define_hostile(self, value: Any, expression: str) -> Any:
+        """Name a hostile request in the reproduction log (``hN = expression``)."""
+        name = f"h{self.hostile_requests}"
+        self.hostile_requests += 1
+        self.pool.log.define(name, value, expression)
+        return value
+
+    # -- callbacks -----------------------------------------------------------------------
+
+    @precondition(lambda self: _reentrant(self) and self.tables_with_blocks())
+    @rule(t=PICK, kind=st.sampled_from(REENTRANT_WATCHERS))
+    def a_watcher_calling_back_into_the_pool_is_refused_and_all_watchers_fire(
+        self, t: int, kind: Any
+    ) -> None:
+        tables = self.tables_with_blocks()
+        table = tables[t % len(tables)]
+        blocks = [b for b in table.blocks if b != NULL_BLOCK_ID]
+        self.step(f"unpin {blocks} with a watcher that calls back in ({kind!r})")
+        if self.pool.unpin_blocks(blocks, kind).rejected:
+            return
+        self.release(table)
+        watched = set(self.state.watchers)
+        queue = self.state.free_queue
+        n = max(i for i, b in enumerate(queue) if b in watched) + 1
+        expected = [b for b in queue[:n] if b in watched]
+        fired_before = len(self.pool.fired[0])
+        self.step(f"allocate {n} blocks, firing the watchers of {expected}")
+        reply = self.pool.get_new_blocks(n)
+        fired = [b for _, b in self.pool.fired[0][fired_before:]]
+        self.expect(fired == expected, f"every watcher should fire, in order: {expected}")
+        self.expect(
+            isinstance(reply.error, CallbackError)
+            and isinstance(reply.error.__cause__, (ReentrantCall, RuntimeError)),
+            f"the re-entrant watcher's call should be refused, got {reply.error!r}",
+        )
+        self.add_table(self.requests[0], reply, 0)
+
+    @precondition(_hostile)
+    @rule(kind=st.sampled_from((*COLLECTORS, None)))
+    def metrics_collectors_that_raise_or_call_back_leave_operations_whole(self, kind: Any):
+        self.step(f"install metrics collector {kind!r} on every backend")
+        self.pool.set_metrics_collector(kind)
+
+    # -- key and token types -------------------------------------------------------------
+
+    @precondition(lambda self: _hostile(self) and self.config.enable_caching and any(
+        len(self.hashes(t.request)) > t.num_cached for t in self.tables))
+    @rule(t=PICK, bad=st.sampled_from(BAD_HASHES), where=PICK)
+    def a_hash_that_is_not_bytes_is_rejected_before_any_key(self, t: int, bad: Any,
+                                                            where: int) -> None:
+        tables = [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
+        table = tables[t % len(tables)]
+        num_full = min(len(table.blocks), len(self.hashes(table.request)))
+        if num_full <= table.num_cached:
+            return
+        # The bad hash goes at a later position, so that a half-applied write would
+        # already have keyed the earlier blocks.
+        k = table.num_cached + where % (num_full - table.num_cached)
+        fine = (k + 1) * self.ratio - 1
+        name = self.pool.log.render(table.request)
+        request = self.define_hostile(with_hash(table.request, fine, bad),
+                                      f"with_hash({name}, {fine}, {bad!r})")
+        self.step(f"cache {table.request.request_id}'s blocks with hash {fine} = {bad!r}")
+        reply = self.pool.cache_full_blocks(request, list(table.blocks), table.num_cached,
+                                            num_full, self.bs, table.group)
+        self.expect(reply.rejected and isinstance(reply.error, InvalidArgument),
+                    f"a {type(bad).__name__} block hash should raise InvalidArgument")
+
+    @precondition(_hostile)
+    @rule(bad=st.sampled_from(BAD_HASHES))
+    def a_lookup_with_a_hash_that_is_not_bytes_is_rejected(self, bad: Any) -> None:
+        self.step(f"look up block hash {bad!r}")
+        reply = self.pool.get_cached_block(bad, [0])
+        self.expect(reply.rejected and isinstance(reply.error, InvalidArgument),
+                    f"get_cached_block({bad!r}) should raise InvalidArgument")
+
+    @precondition(lambda self: _hostile(self) and self.config.enable_caching and any(
+        len(self.hashes(t.request)) > t.num_cached for t in self.tables))
+    @rule(t=PICK)
+    def a_request_an_event_cannot_describe_is_refused_with_events_on(self, t: int) -> None:
+        tables = [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
+        table = tables[t % len(tables)]
+        num_full = min(len(table.blocks), len(self.hashes(table.request)))
+        if num_full <= table.num_cached:
+            return
+        name = self.pool.log.render(table.request)
+        request = self.define_hostile(without_tokens(table.request), f"without_tokens({name})")
+        self.step(f"cache {table.request.request_id}'s blocks through a request without tokens")
+        reply = self.pool.cache_full_blocks(request, list(table.blocks), table.num_cached,
+                                            num_full, self.bs, table.group)
+        if self.pool.events_enabled:
+            self.expect(reply.rejected and isinstance(reply.error, InvalidArgument),
+                        "with events on, a request without all_token_ids must be refused")
+        elif not reply.rejected:
+            table.num_cached = num_full  # events off: nothing reads the tokens
+
+    @precondition(_hostile)
+    @rule(tokens=st.lists(st.integers(0, 2**40), min_size=1, max_size=12),
+          bad=st.sampled_from(BAD_TOKENS), where=PICK)
+    def tokens_are_normalised_or_rejected_naming_the_position(
+        self, tokens: list[int], bad: Any, where: int
+    ) -> None:
+        hbs = self.hbs
+        self.step(f"hash {tokens} as numpy ints, then with {bad!r} at some position")
+        as_ints = make_request(tokens, hash_block_size=hbs)
+        as_numpy = make_request(np.array(tokens, dtype=np.int64), hash_block_size=hbs)
+        self.expect(as_numpy.block_hashes == as_ints.block_hashes,
+                    "numpy integer tokens must hash exactly like Python ints")
+        p = where % (len(tokens) + 1)
+        try:
+            make_request([*tokens[:p], bad, *tokens[p:]], hash_block_size=hbs)
+        except InvalidArgument as error:
+            self.expect(f"token {p} " in str(error), f"the error should name token {p}: {error}")
+        else:
+            self.expect(False, f"token {bad!r} should be rejected")
+
+
+__all__ = ["HostileRules"]
