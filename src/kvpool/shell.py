@@ -499,6 +499,31 @@ class PoolShell:
         result = self._core_get_cached_block(block_hash, group_ids)
         return None if result is None else [int(b) for b in result]
 
+    def check_hashes(
+        self,
+        hashes: Sequence[object],
+        table_len: int,
+        num_cached: object,
+        num_full: object,
+        block_size: object,
+        group_id: object,
+        mask: tuple[bool, ...] | None,
+    ) -> None:
+        """Raise if a hash a cache write reads is not ``bytes``
+        (:func:`kvpool.spec.preconditions.bad_block_hashes`), once the call's own arguments
+        pass — the spec's order: argument checks, hash types, then the blocks' state."""
+        from kvpool.batch.checks import cache_arguments_rejection
+
+        if cache_arguments_rejection(
+            self.enable_caching, self.hash_block_size, len(hashes), table_len, num_cached,
+            num_full, block_size, group_id, mask,
+        ) is not None or num_cached >= num_full:  # type: ignore[operator]
+            return
+        ratio = block_size // self.hash_block_size  # type: ignore[operator]
+        error = pre.bad_block_hashes(hashes, num_cached, num_full, ratio)  # type: ignore[arg-type]
+        if error is not None:
+            raise error
+
     def check_reportable(
         self,
         request: Any,
@@ -547,6 +572,8 @@ class PoolShell:
         ids = self._local_ids(blocks)
         group_id = as_group_id(kv_cache_group_id)
         mask = as_mask(block_mask)
+        self.check_hashes(hashes, len(ids), num_cached_blocks, num_full_blocks, block_size,
+                          group_id, mask)
         if self.enable_kv_cache_events:
             self.check_reportable(request, hashes, len(ids), num_cached_blocks,
                                   num_full_blocks, block_size, group_id, mask)
@@ -569,6 +596,16 @@ class PoolShell:
         hashes = request_block_hashes(request)
         block_id = self._local_id(block)
         group_id = as_group_id(kv_cache_group_id)
+        view = _HbsView(self.hash_block_size, self.num_gpu_blocks)
+        hbs = self.hash_block_size
+        if (self.enable_caching and NULL_BLOCK_ID < block_id < self.num_gpu_blocks
+                and not pre.bad_group_id(group_id) and not pre.bad_block_size(view, block_size)
+                and pre.is_count(num_tokens) and num_tokens % hbs == 0
+                and 0 < num_tokens // hbs <= len(hashes)):
+            # Every argument check passes: the hash read must be bytes (spec order).
+            error = pre.bad_block_hashes(hashes, num_tokens // hbs - 1, num_tokens // hbs, 1)
+            if error is not None:
+                raise error
         if self.enable_kv_cache_events:
             error = partial_stored_rejection(request, self._events.ctx, hashes, num_tokens,
                                              group_id)

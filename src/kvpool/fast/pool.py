@@ -462,9 +462,6 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             cand = np.array(cand_values, dtype=np.int64).reshape(-1)
         except OverflowError:
             raise self._first_bad_id(cand_values) from None
-        error = pre.bad_block_hashes(hashes, num_cached, num_full, ratio)
-        if error:
-            raise error
         selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
         buf, lens, max_len = hash_buffer(selected)
         mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
@@ -496,9 +493,6 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 f"num_tokens {num_tokens} needs {num_tokens // hbs} block hashes; "
                 f"the request has {len(hashes)}"
             )
-        error = pre.bad_block_hashes(hashes, num_tokens // hbs - 1, num_tokens // hbs, 1)
-        if error:
-            raise error
         block_hash = hashes[num_tokens // hbs - 1]
         key = pack_key(block_hash, group_id)
         buf = np.frombuffer(key[: len(key) - 4], np.uint8)

@@ -104,7 +104,10 @@ def bad_block_hashes(
 
     vLLM's block hashes are ``bytes``; anything else would be stored under a different key
     by each backend (``bytes(5)`` is five zero bytes). ``bytearray``/``memoryview`` are
-    refused too: a key must not change after it is stored.
+    refused too: a key must not change after it is stored. A type check, so the shell and
+    the batch checks run it at the boundary (the spec's operations take ``tuple[bytes,
+    ...]``, which keeps their contracts small for CrossHair), once the call's other
+    argument checks pass and before any state check.
     """
     for k in range(num_cached, num_full):
         i = (k + 1) * ratio - 1
@@ -206,9 +209,6 @@ def cache_full_blocks_rejection(
             f"request has {available} block hashes at block_size {block_size}, "
             f"needs {num_full}"
         )
-    error = bad_block_hashes(block_hashes, num_cached, num_full, ratio)
-    if error:
-        return error
     candidates = block_ids[num_cached:num_full]
     error = bad_block_id(state, candidates)
     if error:
@@ -256,9 +256,6 @@ def cache_partial_block_rejection(
             f"num_tokens {num_tokens} needs {num_tokens // hbs} block hashes; "
             f"the request has {len(block_hashes)}"
         )
-    error = bad_block_hashes(block_hashes, num_tokens // hbs - 1, num_tokens // hbs, 1)
-    if error:
-        return error
     if state.ref_cnt[block_id] == 0:
         return HashStateError(f"cannot cache free block {block_id} (ref_cnt 0)")
     return None
