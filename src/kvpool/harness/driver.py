@@ -7,7 +7,7 @@ reproduction drives it too, so both check exactly the same things after every ca
    first backend) rejects the call, the same error *type* from every backend. A
    ``WatcherError`` is an outcome too: its ``.result`` and its cause's type must agree;
 2. **watchers** — every backend fired the same watchers (``(watcher number, block id)``) in
-   the same order;
+   the same order, and its metrics collector (``set_metrics_collector``) saw the same calls;
 3. **state** — ``abstract()`` values equal after the call; a rejected call or a query left
    each backend's ``abstract()`` exactly as it was;
 4. **invariants** — every spec invariant holds (names and witnesses are reported);
@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from kvpool.errors import CallbackError, KvPoolError
+from kvpool.errors import CallbackError, InvalidEvent, KvPoolError
 from kvpool.events import EventContext, EventGap, cache_index_of, replay
 from kvpool.harness.backends import Backend, PoolFactory, resolve_backends
 from kvpool.harness.reproduction import Reproduction
@@ -35,8 +35,9 @@ from kvpool.spec.invariants import violated_invariants
 class Divergence(AssertionError):
     """A check failed at one call: backends disagreed, an invariant broke, or events lied.
 
-    ``kind`` is one of ``"outcome"``, ``"watchers"``, ``"state"``, ``"rejected-mutated"``,
-    ``"query-mutated"``, ``"invariant"``, ``"events"``, ``"oracle-crash"``; ``reproduction``
+    ``kind`` is one of ``"outcome"``, ``"watchers"``, ``"metrics"``, ``"state"``,
+    ``"rejected-mutated"``, ``"query-mutated"``, ``"invariant"``, ``"events"``,
+    ``"oracle-crash"``; ``reproduction``
     is a pytest function replaying the calls up to and including the failing one.
     """
 
@@ -431,6 +432,8 @@ class Lockstep:
             index = replay(stream)
         except EventGap as exc:
             raise self.fail("events", f"event stream has a gap: {exc}") from exc
+        except InvalidEvent as exc:
+            raise self.fail("events", f"event stream is malformed: {exc}") from exc
         expected = cache_index_of(self.state.cache, self.event_context)
         if index != expected:
             raise self.fail(

@@ -69,7 +69,10 @@ class HostileRules(PoolMachine):
         self.release(table)
         watched = set(self.state.watchers)
         queue = self.state.free_queue
-        n = max(i for i, b in enumerate(queue) if b in watched) + 1
+        positions = [i for i, b in enumerate(queue) if b in watched]
+        if not positions:
+            return  # every watched block is still held by another table
+        n = positions[-1] + 1
         expected = [b for b in queue[:n] if b in watched]
         fired_before = len(self.pool.fired[0])
         self.step(f"allocate {n} blocks, firing the watchers of {expected}")
