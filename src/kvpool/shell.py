@@ -63,12 +63,6 @@ metrics collector) it answers queries, but every state-changing method raises
 METRICS_METHODS = ("on_block_allocated", "on_block_accessed", "on_block_evicted", "reset")
 """What a ``metrics_collector`` must offer (checked at construction)."""
 
-STATE_CHANGING = (
-    "get_new_blocks", "touch", "free_blocks", "unpin_blocks", "cache_full_blocks",
-    "cache_partial_block", "move_block_hashes", "evict_blocks", "reset_prefix_cache",
-    "emit_cached_block_events",
-)
-"""The protocol methods refused during callback delivery (backends add their batch verbs)."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +208,6 @@ class PoolShell:
     bytes_per_block: ClassVar[int] = 0
     """Memory one block costs to build and run this backend (an estimate, checked before
     building: :func:`kvpool.memory.check_pool_fits`)."""
-    state_changing: ClassVar[tuple[str, ...]] = STATE_CHANGING
     _delivering = False  # True while callbacks run: state-changing calls are refused
 
     def __init__(
