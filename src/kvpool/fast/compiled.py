@@ -50,6 +50,7 @@ _u8_2d = nt.Array(nt.uint8, 2, "C")  # key_bytes
 _i32 = nt.Array(nt.int32, 1, "C")  # table
 _i64 = nt.Array(nt.int64, 1, "C")  # meta, ids, outputs, lengths
 _u8 = nt.Array(nt.uint8, 1, "C")  # hash bytes, masks
+_bytes = nt.Bytes(nt.uint8, 1, "C", readonly=True)  # a Python bytes object, read in place
 _int = nt.int64
 _bool = nt.boolean
 
@@ -63,10 +64,13 @@ SIGNATURES: dict[str, tuple] = {
         _int,
         (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _i64, _int, _bool, _bool),
     ),
+    "get_new_blocks_quiet": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64, _bool, _int)),
     "touch": (_int, (_blk, _i64, _i64)),
+    "touch_one": (_int, (_blk, _i64, _int)),
     "free_blocks": (_int, (_blk, _i64, _bool, _bool, _i64)),
     "free_one": (_int, (_blk, _i64, _bool, _int)),
     "unpin_blocks": (_int, (_blk, _i64_2d, _i64, _i64)),
+    "lookup_one": (_int, (_i64_2d, _u8_2d, _i32, _bytes, _int)),
     "lookup_blocks": (_int, (_ENT, _i64_2d, _u8_2d, _i32, _i64, _u8, _i64, _i64, _i64_2d)),
     "cache_full_blocks": (
         _int,

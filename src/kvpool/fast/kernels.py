@@ -506,6 +506,29 @@ def get_new_blocks_unkeyed(blk, meta, out, n):
     return int(out[0]) if n > 0 else 0
 
 
+def get_new_blocks_quiet(blk, blk64, ent, keys, table, meta, out, caching, n):
+    """Pop ``n`` blocks, evicting their keys, on a pool without events and without pending
+    watchers (the lean path when :func:`get_new_blocks_unkeyed` declines for an eviction).
+
+    Returns the first id popped (0 when n == 0), or ``-code``: ERR_ARGUMENT, ERR_NO_FREE,
+    NEED_FULL (a watcher exists: nothing changed, call :func:`get_new_blocks`).
+    """
+    if n < 0:
+        return -ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return -ERR_NO_FREE
+    if n > out.shape[0]:
+        return -ERR_CAPACITY
+    if meta[M_NUM_WATCHERS] > 0:
+        return -NEED_FULL
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    # No events and no watchers: the events and fired arguments are never written, so any
+    # array of their types stands in for them (fewer arguments: a cheaper call).
+    _pop_front(blk, blk64, ent, keys, table, meta, blk64, out, out, n, caching, False)
+    return int(out[0]) if n > 0 else 0
+
+
 def get_new_blocks(blk, blk64, ent, keys, table, meta, events, out, fired, n, caching, events_on):
     """Pop ``n`` blocks off the front; fire watchers; evict keys (caching on); ref_cnt 1.
 
@@ -562,14 +585,29 @@ def touch(blk, meta, ids):
         return ERR_BLOCK_ID
     taken = 0  # one meta store at the end (see free_blocks on aliasing)
     for i in range(ids.shape[0]):
-        b = ids[i]
-        if b == 0:
-            continue
-        if blk[b, REF] == 0:
-            _unlink(blk, b)
-            taken += 1
-        blk[b, REF] += 1
+        taken += _take_ref(blk, ids[i])
     meta[M_NUM_FREE] -= taken
+    return OK
+
+
+def _take_ref(blk, b):
+    """One more reference on in-range block ``b`` (null skipped); 1 if it left the queue."""
+    if b == 0:
+        return 0
+    left = 0
+    if blk[b, REF] == 0:
+        _unlink(blk, b)
+        left = 1
+    blk[b, REF] += 1
+    return left
+
+
+def touch_one(blk, meta, b):
+    """:func:`touch` of the batch ``[b]``, without an array (the one-block hot path)."""
+    if b < 0 or b >= blk.shape[0] - 2:
+        meta[M_ERR_INDEX] = 0
+        return ERR_BLOCK_ID
+    meta[M_NUM_FREE] -= _take_ref(blk, b)
     return OK
 
 
@@ -715,6 +753,18 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
         off += length
         meta[M_RESULT] = i + 1
     return OK
+
+
+def lookup_one(keys, key_bytes, table, block_hash, group):
+    """``get_cached_block`` for one hash and one group: the key's earliest block, or -1.
+
+    block_hash: the hash as ``bytes`` (read in place); group in [0, 2**32) (the shell
+    checks). Pure.
+    """
+    length = len(block_hash)
+    kid = _find_key(keys, key_bytes, table, block_hash, 0, length, group,
+                    _hash_key(block_hash, 0, length, group))
+    return -1 if kid == -1 else int(keys[kid, K_BLOCK])
 
 
 def _hash_bytes_needed(buf, lens, m):

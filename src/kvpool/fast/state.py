@@ -76,6 +76,18 @@ class FastState:
         self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
         self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
         self.touch = partial(ks.touch, self.blk, self.meta)
+        self.touch_one = partial(ks.touch_one, self.blk, self.meta)
+        self._bind_index_verbs()
+
+    def _bind_index_verbs(self) -> None:
+        """The one-op verbs that read the hash index, bound to its current arrays (again
+        after any of them grows): ``lookup_one(hash_bytes, group)`` and
+        ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
+        ks = self.kernels
+        self.lookup_one = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
+        self.pop_quiet = partial(ks.get_new_blocks_quiet, self.blk, self.blk64, self.ent,
+                                 self.keys, self.table, self.meta, self.out,
+                                 self.enable_caching)
 
     # -- allocation ---------------------------------------------------------------------------
 
@@ -144,6 +156,7 @@ class FastState:
             code = self.kernels.rehash(self.keys, table, meta)
             assert code == k.OK, "rehash into a table that is too small"
             self.table = table
+        self._bind_index_verbs()
         self.reserve_events()
 
     def reserve_events(self, extra: int = 0) -> None:
