@@ -169,7 +169,7 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         return a["keys"], a["meta"], a["events"]
     if name == "rehash":
         size = 2 * a["table"].shape[0]
-        a["table_new"] = np.full(size, -1, np.int32)
+        a["table_new"] = np.full(size, -1, np.int64)
         return a["keys"], a["table_new"], a["meta"]
     if name == "init_state":
         return a["blk"], a["meta"]

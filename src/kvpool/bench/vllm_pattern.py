@@ -163,6 +163,10 @@ def replay_vllm_pattern(pool: Any, trace: Sequence[KitRequest], hasher: BlockHas
     }
 
 
+def _kvhash() -> BlockHasher:
+    return BlockHasher("kvhash_raw", seed="kvpool-bench")
+
+
 class _Hashed:
     """The part of a request ``cache_full_blocks`` reads (events off)."""
 
@@ -202,6 +206,14 @@ def run_micro(backend: str, hasher: BlockHasher, clock: Clock = time.perf_counte
     for _ in range(iters // 4):
         parent = hash_block(parent, toks, None)
     res["hash_block_tokens_sha256_per_s"] = (iters // 4) / (pc() - t0)
+    # kvpool's shape: a whole prompt (256 blocks of 16) per call, vLLM-compatible and raw
+    prompt = list(range(256 * BLOCK))
+    for name, prompt_hasher in (("sha256", hasher), ("kvhash_raw", _kvhash())):
+        calls = max(1, iters // 4 // 256)
+        t0 = pc()
+        for _ in range(calls):
+            prompt_hasher.hash_blocks(None, prompt, BLOCK)
+        res[f"hash_prompt_{name}_blocks_per_s"] = calls * 256 / (pc() - t0)
     fill = Request("fill", list(range((n_blocks - 1) * BLOCK)),
                    block_hasher=get_request_block_hasher(BLOCK, hasher))
     blocks = get_new(n_blocks - 1)

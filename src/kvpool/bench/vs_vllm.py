@@ -10,8 +10,8 @@ shapes per backend:
   call for call (one ``get_cached_block`` per lookup, one call per block batch);
 * **batch verbs** — :func:`kvpool.workload.driver.replay` (``kvpool simulate``): one ``admit``
   per admission attempt, one ``step`` per scheduler step, same decisions;
-* **batch verbs, raw hashing** — the same with ``--raw-hash`` (default ``xxhash_raw``, not
-  vLLM-compatible), for the wall time including hashing.
+* **batch verbs, raw hashing** — the same with ``raw_hash`` (default ``kvhash_raw``: one
+  native call per prompt, not vLLM-compatible), for the wall time including hashing.
 
 plus the kit's micro loops (:func:`kvpool.bench.vllm_pattern.run_micro`). **Method.** Rounds
 interleave the two sides (vLLM, then every kvpool backend and shape, per round and clock), so
@@ -64,7 +64,7 @@ class VsVllmConfig:
     kit: str
     backends: tuple[str, ...] = ("fast", "reference")
     rounds: int = 3
-    raw_hash: str = "xxhash_raw"
+    raw_hash: str = "kvhash_raw"
     micro: bool = True
 
 
@@ -172,6 +172,7 @@ class _Samples:
 TRACE_TIMES = ("pool_s", "wall_s", "hash_s")
 MICRO_RATES = ("alloc1_free1_pairs_per_s", "alloc64_free64_blocks_per_s",
                "alloc64_free64_array_blocks_per_s", "hash_block_tokens_sha256_per_s",
+               "hash_prompt_sha256_blocks_per_s", "hash_prompt_kvhash_raw_blocks_per_s",
                "get_cached_block_hit_per_s", "get_cached_block_miss_per_s",
                "touch1_free1_pairs_per_s", "alloc1_evicting_per_s")
 
@@ -277,7 +278,8 @@ def table_rows(samples: _Samples, config: VsVllmConfig) -> list[dict[str, Any]]:
                          clock, False))
         if config.micro:
             for name in MICRO_RATES:
-                vllm_name = name.replace("_array", "")
+                vllm_name = ("hash_block_tokens_sha256_per_s" if name.startswith("hash_")
+                             else name.replace("_array", ""))
                 rows.append(_row(samples, f"micro {name}", vllm_name,
                                  {b: (f"{b}/pattern", name) for b in config.backends}, clock,
                                  True))

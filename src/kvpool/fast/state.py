@@ -60,7 +60,7 @@ class FastState:
         self.ent = self._alloc((rows, k.ENT_COLS), np.int32)
         self.keys = self._alloc((rows, k.KEY_COLS), np.int64, fill=0)  # K_GEN counts from 0
         self.key_bytes = self._alloc((rows, INITIAL_STRIDE), np.uint8)
-        self.table = self._alloc((2 * rows,), np.int32, fill=-1)
+        self.table = self._alloc((2 * rows,), np.int64, fill=-1)
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
         self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
         self._batch: tuple[Any, Any] | None = None  # _batch_kernels(), likewise
@@ -152,7 +152,7 @@ class FastState:
             size = self.table.shape[0]
             while 2 * (key_used + pairs) > size:
                 size *= 2
-            table = self._alloc((size,), np.int32, fill=-1)
+            table = self._alloc((size,), np.int64, fill=-1)
             code = self.kernels.rehash(self.keys, table, meta)
             assert code == k.OK, "rehash into a table that is too small"
             self.table = table
