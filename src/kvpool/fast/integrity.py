@@ -142,7 +142,8 @@ def table_holds_exactly_live_keys(st: FastState) -> tuple:
     entries = table[table != -1]
     occupied = (entries & k.ROW_MASK).tolist()
     bad = [kid for kid in occupied if st.keys[kid, k.K_HEAD] < 0]
-    bad += [("fingerprint", kid) for kid, tag in zip(occupied, (entries >> 32).tolist())
+    tags = (entries >> 32).tolist()
+    bad += [("fingerprint", kid) for kid, tag in zip(occupied, tags, strict=True)
             if tag != int(st.keys[kid, k.K_HASH]) & k.TAG_MASK]
     for kid in range(int(st.meta[k.M_KEY_HIGH])):
         if st.keys[kid, k.K_HEAD] < 0:
