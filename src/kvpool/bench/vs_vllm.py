@@ -240,11 +240,30 @@ def run_vs_vllm(config: VsVllmConfig, log: Callable[[str], None] = lambda _: Non
     return {"rows": table_rows(samples, config), "meta": meta}
 
 
+TARGETS: dict[str, float] = {
+    "trace pool s, vLLM call pattern [fast]": 2.0,
+    "trace pool s, batch verbs [fast]": 20.0,
+    "trace wall s incl. hashing, batch verbs kvhash_raw [fast]": 5.0,
+    "micro alloc1_free1_pairs_per_s": 2.0,
+    "micro alloc64_free64_blocks_per_s": 5.0,
+    "micro alloc64_free64_array_blocks_per_s": 30.0,
+    "micro hash_block_tokens_sha256_per_s": 1.0,
+    "micro get_cached_block_hit_per_s": 1.0,
+    "micro get_cached_block_miss_per_s": 1.0,
+    "micro touch1_free1_pairs_per_s": 1.0,
+    "micro alloc1_evicting_per_s": 1.0,
+}
+"""Issue 8's targets: the fast backend's ratio to vLLM on the CPU clock, per row."""
+
+
 def _row(samples: _Samples, label: str, vllm_name: str, sides: dict[str, tuple[str, str]],
          clock: str, rate: bool) -> dict[str, Any]:
     ref = samples.median("vllm", vllm_name, clock)
     row: dict[str, Any] = {"figure": label, "clock": clock, "vllm": ref, "kvpool": {},
                            "ratio": {}}
+    goal = TARGETS.get(label) if clock == "cpu" else None
+    if goal is not None:
+        row["target"] = goal
     for column, (side, name) in sides.items():
         value = samples.median(side, name, clock)
         if value is None:
@@ -252,6 +271,8 @@ def _row(samples: _Samples, label: str, vllm_name: str, sides: dict[str, tuple[s
         row["kvpool"][column] = value
         if ref and value:
             row["ratio"][column] = value / ref if rate else ref / value
+    if goal is not None and "fast" in row["ratio"]:
+        row["met"] = row["ratio"]["fast"] >= goal
     return row
 
 
@@ -293,12 +314,16 @@ def format_table(result: dict[str, Any]) -> str:
     head = f"{'figure':<62} {'clock':<5} {'vLLM':>12}"
     for c in columns:
         head += f" {c:>12} {'ratio':>7}"
+    head += "  target (fast, cpu)"
     lines = [head, "-" * len(head)]
     for row in rows:
         line = f"{row['figure']:<62} {row['clock']:<5} {_fmt(row['vllm']):>12}"
         for c in columns:
             value, ratio = row["kvpool"].get(c), row["ratio"].get(c)
             line += f" {_fmt(value):>12} {(f'{ratio:.2f}x' if ratio else '-'):>7}"
+        if "target" in row:
+            verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
+            line += f"  >= {row['target']:g}x {verdict}"
         lines.append(line)
     meta = result["meta"]
     lines.append(f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
