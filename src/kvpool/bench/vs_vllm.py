@@ -140,7 +140,7 @@ def _batch_replay(backend: str, trace: list[TraceRequest], algorithm: str,
     out = report.decisions()
     cpu = clock is time.thread_time
     out.update(wall_s=total, pool_s=report.pool_cpu_s if cpu else report.pool_s,
-               hash_s=report.hash_s)
+               hash_s=report.hash_cpu_s if cpu else report.hash_s)
     return out
 
 
