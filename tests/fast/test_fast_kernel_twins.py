@@ -101,8 +101,16 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     if name == "get_new_blocks":
         return (a["blk"], a["blk64"], a["ent"], a["keys"], a["table"], a["meta"], a["events"],
                 a["out"], np.zeros(N, np.int64), draw(small), draw(st.booleans()), events_on)
+    if name == "get_new_blocks_quiet":
+        return (a["blk"], a["blk64"], a["ent"], a["keys"], a["table"], a["meta"], a["out"],
+                draw(st.booleans()), draw(small))
     if name == "touch":
         return a["blk"], a["meta"], draw(ids)
+    if name == "touch_one":
+        return a["blk"], a["meta"], draw(small)
+    if name == "lookup_one":
+        key = block_hash(f"k{draw(st.integers(0, 4))}", draw(st.sampled_from([32, 16, 0])))
+        return a["keys"], a["key_bytes"], a["table"], key, draw(st.sampled_from([0, 1]))
     if name == "free_blocks":
         return a["blk"], a["meta"], draw(st.booleans()), draw(st.booleans()), draw(ids)
     if name == "free_one":
@@ -161,7 +169,7 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         return a["keys"], a["meta"], a["events"]
     if name == "rehash":
         size = 2 * a["table"].shape[0]
-        a["table_new"] = np.full(size, -1, np.int32)
+        a["table_new"] = np.full(size, -1, np.int64)
         return a["keys"], a["table_new"], a["meta"]
     if name == "init_state":
         return a["blk"], a["meta"]

@@ -177,7 +177,7 @@ def test_missing_xxhash_raises_module_not_found_with_install_advice(
         assert "pip install xxhash" in message
     with pytest.raises(ModuleNotFoundError, match="pip install xxhash"):
         xxhash(b"data")
-    assert available_hash_algorithms() == ("sha256", "sha256_cbor", "sha256_raw")
+    assert available_hash_algorithms() == ("sha256", "sha256_cbor", "sha256_raw", "kvhash_raw")
 
 
 @needs_xxhash

@@ -1,11 +1,13 @@
 """The batch-verb replay decides exactly as a scheduler written with single protocol verbs.
 
-:func:`protocol_replay` is a deliberately plain twin of :mod:`kvpool.workload.driver`: the
-same FCFS policy, but one protocol call per lookup position, touch, allocation, cache write
-and free, in the order a scheduler issues them (allocate, then cache; per-request frees).
-Every decision figure of ``replay`` (all but timings and call counts) must equal the twin's,
-on every backend, and so must the final pool state — including block size 1, where a block
-fills as it starts, and requests whose last token starts a block.
+:func:`protocol_replay` is a deliberately plain twin of :mod:`kvpool.workload.driver`, shaped
+like vLLM's scheduler loop (the kit's ``bench.py``): admission first (one lookup per
+position, touch, allocate, cache, the prefill samples a token), then one pass over the
+running requests in order, each either freeing its table or allocating one block for its
+last sampled token (one ``get_new_blocks(1)`` each) and caching the block it filled, with
+frees and allocations interleaved as the loop meets them. Every decision figure of
+``replay`` (all but timings and call counts) must equal the twin's, on every backend, and so
+must the final pool state — including block size 1, where a block fills as it starts.
 """
 
 from __future__ import annotations
@@ -56,36 +58,7 @@ def protocol_replay(pool, trace, *, block_size: int, max_running: int) -> dict:
             step = pending[0].arrival_step
         while pending and pending[0].arrival_step <= step:
             waiting.append([pending.popleft(), None])
-        need, filled = [], []
-        for r in running:
-            if r["generated"] < r["spec"].output_len:
-                request = r["request"]
-                position = request.num_tokens
-                request.output_token_ids.append(r["outputs"][r["generated"]])
-                r["generated"] += 1
-                out["decode_tokens"] += 1
-                if position % bs == 0:
-                    need.append(r)
-                if (position + 1) % bs == 0:
-                    filled.append(r)
-        changed = bool(need)
-        if need:
-            for r, b in zip(need, allocate(len(need)), strict=True):
-                r["table"].append(b)
-            reserved -= len(need)
-        for r in filled if caching else ():
-            request = r["request"]
-            request.block_hashes.extend(hasher(request))
-            full = len(request.block_hashes)
-            if full > r["cached"]:
-                pool.cache_full_blocks(request, r["table"], r["cached"], full, bs, 0)
-                keyed.update(r["table"][r["cached"] : full])
-                r["cached"] = full
-        for r in [r for r in running if r["generated"] == r["spec"].output_len]:
-            pool.free_blocks(r["table"][::-1])
-            for b in r["table"]:
-                held[b] -= 1
-            running.remove(r)
+        changed = False
         while waiting and len(running) < max_running:
             spec, request = waiting[0]
             if request is None:
@@ -113,14 +86,45 @@ def protocol_replay(pool, trace, *, block_size: int, max_running: int) -> dict:
             if full > len(hits):
                 pool.cache_full_blocks(request, table, len(hits), full, bs, 0)
                 keyed.update(table[len(hits) : full])
-            running.append(dict(spec=spec, request=request, table=table, generated=0,
-                                cached=max(len(hits), full), outputs=output_tokens(spec.id,
-                                                                                  spec.output_len)))
+            outputs = output_tokens(spec.id, spec.output_len)
+            if outputs:
+                request.output_token_ids.append(outputs[0])  # the prefill samples a token
+                out["decode_tokens"] += 1
+            running.append(dict(spec=spec, request=request, table=table,
+                                generated=len(outputs[:1]), cached=max(len(hits), full),
+                                outputs=outputs, owed=future))
             reserved += future
             out["requests"] += 1
             out["prompt_tokens"] += prompt
             out["hit_tokens"] += len(hits) * bs
             changed = True
+        still = []
+        for r in running:
+            request = r["request"]
+            if r["generated"] >= r["spec"].output_len:  # the last token is never computed
+                pool.free_blocks(r["table"][::-1])
+                for b in r["table"]:
+                    held[b] -= 1
+                reserved -= r["owed"]
+                continue
+            position = request.num_tokens - 1  # the last sampled token gets its KV now
+            if position % bs == 0:
+                r["table"] += allocate(1)
+                r["owed"] -= 1
+                reserved -= 1
+                changed = True
+            if caching and (position + 1) % bs == 0:
+                request.block_hashes.extend(hasher(request))
+                full = len(request.block_hashes)
+                if full > r["cached"]:
+                    pool.cache_full_blocks(request, r["table"], r["cached"], full, bs, 0)
+                    keyed.update(r["table"][r["cached"] : full])
+                    r["cached"] = full
+            request.output_token_ids.append(r["outputs"][r["generated"]])
+            r["generated"] += 1
+            out["decode_tokens"] += 1
+            still.append(r)
+        running = still
         if changed:
             out["peak_usage"] = max(out["peak_usage"], pool.get_usage())
         step += 1
@@ -153,12 +157,16 @@ def test_replay_decides_as_the_protocol_level_twin(backend, block_size, num_bloc
     assert report.pool_calls == sum(report.verb_calls.values())
 
 
-def test_a_request_whose_last_token_starts_a_block_frees_that_block_too():
-    # 8 prompt tokens (2 blocks of 4) + 5 outputs: the 5th output starts block 4 and ends it.
+def test_the_last_sampled_token_gets_no_block_and_its_block_is_not_cached():
+    # 8 prompt tokens (2 blocks of 4) + 5 outputs: KV for 8 + 4 tokens. The 4th output fills
+    # block 2 (cached); the 5th would start block 3, but it is never computed (as in vLLM).
     trace = [TraceRequest("a", 0, tuple(range(100, 108)), 5)]
     for backend in BACKENDS:
         pool = make_pool(8, backend=backend, hash_block_size=4)
         report = replay(pool, trace, block_size=4, max_running=2)
-        assert report.blocks_allocated == 4
+        assert report.blocks_allocated == 3, backend
+        assert report.decode_tokens == 5
+        assert report.steps == 5  # admitted (and first decode) at step 0, freed at step 4
+        state = pool.abstract().state
+        assert sum(key is not None for key in state.primary_key) == 3
         assert pool.get_num_free_blocks() == 7
-        assert report.verb_calls["step"] >= 2  # the allocation went first, in its own call

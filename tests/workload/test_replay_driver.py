@@ -99,20 +99,21 @@ def test_a_finished_request_frees_its_table_tail_first():
 def test_decode_allocates_a_block_every_block_size_tokens_and_caches_full_ones():
     prompt = list(range(300, 316))  # one full block
     pool, report = _run("spec", [_request("a", prompt, output_len=33)], 16)
-    # 16 + 33 = 49 tokens = 4 blocks; blocks 0..2 are full and cached, block 3 is not.
-    assert report.blocks_allocated == 4
+    # KV for 16 + 32 tokens (the 33rd output is never computed) = 3 blocks, all full and
+    # cached; 16 + 34 outputs would have needed a 4th.
+    assert report.blocks_allocated == 3
     assert report.decode_tokens == 33
     state = pool.abstract().state
     assert sum(key is not None for key in state.primary_key) == 3
 
 
 def test_a_request_that_does_not_fit_waits_and_the_next_allocation_evicts():
-    # 10 usable blocks; each request needs 8 (20 prompt + 12 output tokens, block size 4).
+    # 10 usable blocks; each request reserves 8 (20 prompt + 12 output tokens, block size 4).
     trace = [_request("a", range(1000, 1020), 12), _request("b", range(2000, 2020), 12)]
     _, report = _run("spec", trace, 11, block_size=4)
     assert report.requests == 2
     assert report.peak_usage == pytest.approx(0.8)  # never both at once
-    assert report.steps > 2 * 12  # b waited for a to finish
+    assert report.steps == 2 * 12  # b waited for a to finish (each spans 12 steps)
     assert report.evictions > 0  # b's blocks came from a's cached ones
 
 

@@ -136,7 +136,8 @@ def format_results(results: dict[str, Any]) -> str:
     lines = [
         f"kvpool bench: medians of {meta.get('repeat', '?')} runs"
         + (" (quick sizes)" if meta.get("quick") else "")
-        + "; ratio = times better than the reference in the same run"
+        + "; ratio = times better than kvpool's reference backend in the same run"
+        " (reference ratios, not vLLM's: for those, kvpool bench --vs-vllm PYTHON)"
     ]
     for suite in meta.get("suites", []):
         figures: Figures = results.get(suite, {})

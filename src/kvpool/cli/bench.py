@@ -39,10 +39,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--check", action="store_true",
                         help="exit 1 if a measured target is missed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--vs-vllm", metavar="PYTHON", default=None,
+                        help="instead: kvpool against the real vLLM, with this vLLM venv "
+                        "python (default $KVPOOL_VLLM_PYTHON when given without the suites; "
+                        "see benchmarks/README.md)")
+    parser.add_argument("--vllm-kit", metavar="DIR", default=None,
+                        help="the vLLM kit directory with bench.py and gen_trace.py "
+                        "($KVPOOL_VLLM_KIT, else ../shared/vllm-kit)")
+    parser.add_argument("--rounds", type=positive_int, default=3, metavar="R",
+                        help="--vs-vllm: interleaved rounds; figures are medians (3)")
+    parser.add_argument("--no-micro", action="store_true",
+                        help="--vs-vllm: the trace figures only")
     parser.set_defaults(func=run)
 
 
+def run_vs_vllm(args: argparse.Namespace) -> int:
+    from kvpool.bench.vs_vllm import (
+        VllmDivergence,
+        VsVllmConfig,
+        default_kit,
+        format_table,
+        run_vs_vllm,
+    )
+
+    kit = args.vllm_kit or default_kit()
+    if not kit:
+        print("kvpool bench: --vs-vllm needs the vLLM kit (--vllm-kit DIR or $KVPOOL_VLLM_KIT)",
+              file=sys.stderr)
+        return 2
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    config = VsVllmConfig(python=args.vs_vllm, kit=kit, backends=backends, rounds=args.rounds,
+                          micro=not args.no_micro)
+    try:
+        result = run_vs_vllm(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    except VllmDivergence as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 1
+    except (KvPoolError, OSError) as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.vs_vllm:
+        return run_vs_vllm(args)
     if args.suite == "all":
         suites = [s for s in SUITES if s != "hashing" or hashing_available()]
     else:

@@ -44,30 +44,34 @@ for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
     if _name.startswith("_") and _fn.__module__ == kernels.__name__:
         register_jitable(_fn)
 
-_blk = nt.Array(nt.int32, 2, "C")  # blk, ent, table rows
+_blk = nt.Array(nt.int32, 2, "C")  # blk, ent rows
 _i64_2d = nt.Array(nt.int64, 2, "C")  # blk64, keys, events, lookup output
 _u8_2d = nt.Array(nt.uint8, 2, "C")  # key_bytes
-_i32 = nt.Array(nt.int32, 1, "C")  # table
+_table = nt.Array(nt.int64, 1, "C")  # the hash table (fingerprint << 32 | key row)
 _i64 = nt.Array(nt.int64, 1, "C")  # meta, ids, outputs, lengths
 _u8 = nt.Array(nt.uint8, 1, "C")  # hash bytes, masks
+_bytes = nt.Bytes(nt.uint8, 1, "C", readonly=True)  # a Python bytes object, read in place
 _int = nt.int64
 _bool = nt.boolean
 
 _ENT = _blk
-_INDEX = (_blk, _i64_2d, _ENT, _i64_2d, _u8_2d, _i32, _i64, _i64_2d)  # blk … events
+_INDEX = (_blk, _i64_2d, _ENT, _i64_2d, _u8_2d, _table, _i64, _i64_2d)  # blk … events
 
 SIGNATURES: dict[str, tuple] = {
     "init_state": (_int, (_blk, _i64)),
     "get_new_blocks_unkeyed": (_int, (_blk, _i64, _i64, _int)),
     "get_new_blocks": (
         _int,
-        (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _i64, _int, _bool, _bool),
+        (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _i64, _int, _bool, _bool),
     ),
+    "get_new_blocks_quiet": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64, _bool, _int)),
     "touch": (_int, (_blk, _i64, _i64)),
+    "touch_one": (_int, (_blk, _i64, _int)),
     "free_blocks": (_int, (_blk, _i64, _bool, _bool, _i64)),
     "free_one": (_int, (_blk, _i64, _bool, _int)),
     "unpin_blocks": (_int, (_blk, _i64_2d, _i64, _i64)),
-    "lookup_blocks": (_int, (_ENT, _i64_2d, _u8_2d, _i32, _i64, _u8, _i64, _i64, _i64_2d)),
+    "lookup_one": (_int, (_i64_2d, _u8_2d, _table, _bytes, _int)),
+    "lookup_blocks": (_int, (_ENT, _i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d)),
     "cache_full_blocks": (
         _int,
         (*_INDEX, _i64, _u8, _u8, _i64, _int, _int, _int, _bool, _bool),
@@ -88,15 +92,15 @@ SIGNATURES: dict[str, tuple] = {
     ),
     "cache_partial_block": (_int, (*_INDEX, _int, _u8, _int, _int, _bool, _bool)),
     "move_block_hashes": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i64, _int, _int)),
-    "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _bool)),
+    "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _bool)),
     "reset_prefix_cache": (
         _int,
-        (_blk, _i64_2d, _ENT, _i64_2d, _i32, _i64, _i64_2d, _i64, _bool),
+        (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _bool),
     ),
     "block_is_writable": (_bool, (_blk, _int)),
     "queue_order": (_int, (_blk, _i64)),
     "release_removed_keys": (_int, (_i64_2d, _i64, _i64_2d)),
-    "rehash": (_int, (_i64_2d, _i32, _i64)),
+    "rehash": (_int, (_i64_2d, _table, _i64)),
 }
 """Every public kernel with its one signature ``(return type, argument types)``."""
 

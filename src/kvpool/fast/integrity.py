@@ -139,8 +139,12 @@ def table_holds_exactly_live_keys(st: FastState) -> tuple:
     """Every live key is found by probing from its hash; the table holds nothing else and is
     at most half full."""
     table = st.table
-    occupied = table[table != -1].tolist()
+    entries = table[table != -1]
+    occupied = (entries & k.ROW_MASK).tolist()
     bad = [kid for kid in occupied if st.keys[kid, k.K_HEAD] < 0]
+    tags = (entries >> 32).tolist()
+    bad += [("fingerprint", kid) for kid, tag in zip(occupied, tags, strict=True)
+            if tag != int(st.keys[kid, k.K_HASH]) & k.TAG_MASK]
     for kid in range(int(st.meta[k.M_KEY_HIGH])):
         if st.keys[kid, k.K_HEAD] < 0:
             continue

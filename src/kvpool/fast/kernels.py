@@ -34,9 +34,13 @@ head and tail sentinels):
     marks a free row (``K_TAIL`` then links the free list), -2 a row removed during this call
     whose bytes an event still needs (released after decoding).
     ``key_bytes[k, :K_LEN]`` = hash bytes ‖ group id (4 bytes big-endian), i.e. the packed key.
-``table`` int32 [T] (T a power of two)
-    open addressing, linear probing, key ids (-1 = empty); deletion shifts later entries back,
-    so there are no tombstones. The caller keeps the load at most 1/2.
+``table`` int64 [T] (T a power of two, at most 2**31)
+    open addressing, linear probing; an entry is ``fingerprint << 32 | key id`` (-1 = empty),
+    the fingerprint being the key hash's 31 low bits, which also give its home slot. A probe
+    compares fingerprints in the table and reads a key row only on a match (a miss or a
+    collision costs no other cache line), and deletion shifts later entries back (no
+    tombstones) from their fingerprints alone. The caller keeps the load at most 1/2, so the
+    table of a pool of 20k cached blocks is 512 KiB.
 ``meta`` int64 [META_SIZE]
     counters (``M_*``). ``events`` int64 [R, 3]: (kind, payload, seq) records of this call.
 
@@ -48,8 +52,8 @@ memory is paid per *distinct key* and per *(key, block) pair*, only as they appe
 double on demand). A key is stored once however many blocks carry it (duplicates cost one
 20-byte entry row each), in a fixed-stride row so that a freed row is reused as is; the stride
 is the longest key seen (36 for SHA-256 keys, 20 for xxh3-128), grown if a longer one comes.
-A fully cached pool with distinct 36-byte keys adds about 20 + 48 + 36 + 8 (table at load
-<= 1/2) = 112 bytes per block, up to twice that right after a doubling. Limits: ids and
+A fully cached pool with distinct 36-byte keys adds about 20 + 48 + 36 + 16 (table at load
+<= 1/2) = 120 bytes per block, up to twice that right after a doubling. Limits: ids and
 ref counts are int32 (N < 2**31 - 2; 2**31 - 1 holders per block).
 """
 
@@ -111,6 +115,8 @@ EV_REMOVED, EV_STORED, EV_PARTIAL, EV_CLEARED = 1, 2, 3, 4
 FNV_OFFSET = 0x4BF29CE484222325
 FNV_PRIME = 0x100000001B3
 MASK63 = 0x7FFFFFFFFFFFFFFF
+TAG_MASK = 0x7FFFFFFF  # table entry: fingerprint (hash bits 0-30) << 32 | key row id
+ROW_MASK = 0xFFFFFFFF
 
 
 # ===============================================================================================
@@ -215,10 +221,23 @@ def _first_over_released(blk, ids):
 
 
 def _hash_key(buf, off, length, group):
-    """63-bit hash of ``buf[off:off+length] ‖ group``: FNV-style multiply steps over 7-byte
-    words (a 36-byte key is 6 dependent steps, not 36), each followed by a xor-shift so that
-    every input bit reaches the low bits the table indexes by."""
+    """63-bit hash of ``buf[off:off+length] ‖ group`` for the table.
+
+    Block hashes are digests, whose bytes are already uniformly random, so a key of at least
+    14 bytes is hashed from its first and last 7 bytes (one multiply step; the table indexes
+    by the low bits, which the xor-shift reaches). Keys that are not digests and agree on
+    those 14 bytes only share a probe run: slower, never wrong (the whole key is compared).
+    Shorter keys go through FNV-style steps over 7-byte words.
+    """
     group = int(group)  # a numpy scalar would make the uncompiled run overflow-warn
+    if length >= 14:
+        head = 0
+        tail = 0
+        for j in range(7):
+            head = (head << 8) | int(buf[off + j])
+            tail = (tail << 8) | int(buf[off + length - 7 + j])
+        h = ((head ^ (tail << 7) ^ (group << 1) ^ int(length)) * FNV_PRIME) & MASK63
+        return h ^ (h >> 29)
     h = FNV_OFFSET ^ int(length)
     i = 0
     while i < length:
@@ -230,6 +249,12 @@ def _hash_key(buf, off, length, group):
         i += 7
     h = ((h ^ group) * FNV_PRIME) & MASK63
     return h ^ (h >> 31)
+
+
+def _slot(h, kid):
+    """A table entry: the key's 31 low hash bits (its fingerprint, and its home slot in any
+    table of up to 2**31 slots) above its row id."""
+    return ((h & TAG_MASK) << 32) | kid
 
 
 def _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
@@ -247,15 +272,21 @@ def _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
 
 
 def _find_key(keys, key_bytes, table, buf, off, length, group, h):
-    """The live key row for ``buf[off:off+length] ‖ group``, or -1. Load < 1 ends the probe."""
+    """The live key row for ``buf[off:off+length] ‖ group``, or -1. Load < 1 ends the probe.
+
+    A probe reads only the table until a fingerprint matches: a miss usually touches one
+    cache line of the table and nothing else; a hit reads the key's row once."""
     mask = table.shape[0] - 1
+    tag = h & TAG_MASK
     i = h & mask
     while True:
-        kid = table[i]
-        if kid == -1:
+        entry = table[i]
+        if entry == -1:
             return -1
-        if _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
-            return kid
+        if (entry >> 32) == tag:
+            kid = entry & ROW_MASK
+            if _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
+                return kid
         i = (i + 1) & mask
 
 
@@ -279,19 +310,24 @@ def _new_key(keys, key_bytes, table, meta, buf, off, length, group, h):
         key_bytes[kid, i] = buf[off + i]
     for j in range(4):
         key_bytes[kid, length + j] = (group >> (24 - 8 * j)) & 255
+    _table_insert(table, h, kid)
+    return kid
+
+
+def _table_insert(table, h, kid):
     mask = table.shape[0] - 1
     i = h & mask
     while table[i] != -1:
         i = (i + 1) & mask
-    table[i] = kid
-    return kid
+    table[i] = _slot(h, kid)
 
 
 def _table_delete(keys, table, kid):
-    """Remove key row ``kid`` from the table, shifting its probe successors back."""
+    """Remove key row ``kid`` from the table, shifting its probe successors back (their home
+    slots come from their fingerprints: no key row is read)."""
     mask = table.shape[0] - 1
     i = keys[kid, K_HASH] & mask
-    while table[i] != kid:
+    while (table[i] & ROW_MASK) != kid:
         i = (i + 1) & mask
     j = i
     while True:
@@ -299,7 +335,7 @@ def _table_delete(keys, table, kid):
         other = table[j]
         if other == -1:
             break
-        home = keys[other, K_HASH] & mask
+        home = (other >> 32) & mask
         # ``other`` may fill the hole at i unless its home lies cyclically in (i, j].
         if i <= j:
             stays = i < home <= j
@@ -455,17 +491,14 @@ def release_removed_keys(keys, meta, events):
 def rehash(keys, table, meta):
     """Insert every live key row into ``table`` (new, all -1, power-of-two size > 2 * keys).
 
-    keys int64 [K, KEY_COLS], table int32 [T], meta int64 [META_SIZE].
+    keys int64 [K, KEY_COLS], table int64 [T], meta int64 [META_SIZE].
     """
     mask = table.shape[0] - 1
     if table.shape[0] < 2 * meta[M_KEY_USED] or (table.shape[0] & mask) != 0:
         return ERR_CAPACITY
     for kid in range(meta[M_KEY_HIGH]):
         if keys[kid, K_HEAD] >= 0:
-            i = keys[kid, K_HASH] & mask
-            while table[i] != -1:
-                i = (i + 1) & mask
-            table[i] = kid
+            _table_insert(table, keys[kid, K_HASH], kid)
     return OK
 
 
@@ -506,6 +539,29 @@ def get_new_blocks_unkeyed(blk, meta, out, n):
         blk[popped, NEXT] = -1
         blk[popped, REF] = 1
     meta[M_NUM_FREE] -= n
+    return int(out[0]) if n > 0 else 0
+
+
+def get_new_blocks_quiet(blk, blk64, ent, keys, table, meta, out, caching, n):
+    """Pop ``n`` blocks, evicting their keys, on a pool without events and without pending
+    watchers (the lean path when :func:`get_new_blocks_unkeyed` declines for an eviction).
+
+    Returns the first id popped (0 when n == 0), or ``-code``: ERR_ARGUMENT, ERR_NO_FREE,
+    NEED_FULL (a watcher exists: nothing changed, call :func:`get_new_blocks`).
+    """
+    if n < 0:
+        return -ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return -ERR_NO_FREE
+    if n > out.shape[0]:
+        return -ERR_CAPACITY
+    if meta[M_NUM_WATCHERS] > 0:
+        return -NEED_FULL
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    # No events and no watchers: the events and fired arguments are never written, so any
+    # array of their types stands in for them (fewer arguments: a cheaper call).
+    _pop_front(blk, blk64, ent, keys, table, meta, blk64, out, out, n, caching, False)
     return int(out[0]) if n > 0 else 0
 
 
@@ -569,13 +625,7 @@ def touch(blk, meta, ids):
         return ERR_REF_OVERFLOW
     taken = 0  # one meta store at the end (see free_blocks on aliasing)
     for i in range(ids.shape[0]):
-        b = ids[i]
-        if b == 0:
-            continue
-        if blk[b, REF] == 0:
-            _unlink(blk, b)
-            taken += 1
-        blk[b, REF] += 1
+        taken += _take_ref(blk, ids[i])
     meta[M_NUM_FREE] -= taken
     return OK
 
@@ -603,6 +653,30 @@ def _first_over_referenced(blk, ids):
         if int(blk[b, REF]) + takes > MAX_REF_CNT:
             return i
     return -1
+
+
+def _take_ref(blk, b):
+    """One more reference on in-range block ``b`` (null skipped); 1 if it left the queue."""
+    if b == 0:
+        return 0
+    left = 0
+    if blk[b, REF] == 0:
+        _unlink(blk, b)
+        left = 1
+    blk[b, REF] += 1
+    return left
+
+
+def touch_one(blk, meta, b):
+    """:func:`touch` of the batch ``[b]``, without an array (the one-block hot path)."""
+    if b < 0 or b >= blk.shape[0] - 2:
+        meta[M_ERR_INDEX] = 0
+        return ERR_BLOCK_ID
+    if b != 0 and blk[b, REF] >= MAX_REF_CNT:
+        meta[M_ERR_INDEX] = 0
+        return ERR_REF_OVERFLOW
+    meta[M_NUM_FREE] -= _take_ref(blk, b)
+    return OK
 
 
 def _release(blk, b, caching, cursor):
@@ -747,6 +821,18 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
         off += length
         meta[M_RESULT] = i + 1
     return OK
+
+
+def lookup_one(keys, key_bytes, table, block_hash, group):
+    """``get_cached_block`` for one hash and one group: the key's earliest block, or -1.
+
+    block_hash: the hash as ``bytes`` (read in place); group in [0, 2**32) (the shell
+    checks). Pure.
+    """
+    length = len(block_hash)
+    kid = _find_key(keys, key_bytes, table, block_hash, 0, length, group,
+                    _hash_key(block_hash, 0, length, group))
+    return -1 if kid == -1 else int(keys[kid, K_BLOCK])
 
 
 def _hash_bytes_needed(buf, lens, m):

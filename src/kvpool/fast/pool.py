@@ -57,6 +57,7 @@ from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 _INT_ONLY = {int}
 _BYTES_ONLY = {bytes}
+_LIST_OR_TUPLE = (list, tuple)
 _INT64 = np.dtype(np.int64)
 
 
@@ -190,6 +191,12 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 return self._out[:num_blocks].tolist()
             if first == -k.ERR_NO_FREE:
                 raise NoFreeBlocks(f"Cannot get {num_blocks} free blocks from the pool")
+            if first == -k.NEED_FULL and not self.enable_kv_cache_events:
+                first = self._st.pop_quiet(num_blocks)  # evictions, no events to record
+                if first > 0 and num_blocks == 1:
+                    return [first]
+                if first >= 0:
+                    return self._out[:num_blocks].tolist()
             if first == -k.NEED_FULL and not self._st.num_watchers():
                 # Evictions but no watcher: the full kernel, no callbacks to run.
                 code, _ = self._st.get_new_blocks(num_blocks)
@@ -249,6 +256,18 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         """Take a reference on each block (prefix hit); free ones leave the queue. O(len)."""
         if self._delivering:
             self._refuse_reentry("touch")
+        if type(blocks) is list and len(blocks) == 1 and self.metrics_collector is None:
+            b = blocks[0]
+            if type(b) is int:
+                try:
+                    code = self._st.touch_one(b)
+                except OverflowError:  # beyond int64
+                    code = k.ERR_BLOCK_ID
+                if code == k.ERR_BLOCK_ID:
+                    raise self._bad_id(b)
+                if code:
+                    raise self._id_error(code, blocks, np.array(blocks, np.int64))
+                return None
         ids = self._fast_ids(blocks) if self.metrics_collector is None else None
         if ids is None:
             return super().touch(blocks)
@@ -313,6 +332,21 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             return None
         return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                          block_size, kv_cache_group_id, block_mask)
+
+    def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]
+                         ) -> list[int] | None:
+        """One block per group id for ``block_hash`` (in the order given), or ``None``. Pure.
+
+        Lean path for one plain-int group and a ``bytes`` hash: one kernel call reading the
+        hash in place; anything else goes through the shell's checks.
+        """
+        if type(block_hash) is bytes and type(kv_cache_group_ids) in _LIST_OR_TUPLE \
+                and len(kv_cache_group_ids) == 1:
+            g = kv_cache_group_ids[0]
+            if type(g) is int and 0 <= g <= MAX_GROUP_ID:
+                b = self._st.lookup_one(block_hash, g)
+                return None if b < 0 else [b]
+        return super().get_cached_block(block_hash, kv_cache_group_ids)
 
     def get_num_free_blocks(self) -> int:
         """Free blocks, cached candidates and unpinned blocks included. O(1)."""

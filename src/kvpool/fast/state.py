@@ -60,7 +60,7 @@ class FastState:
         self.ent = self._alloc((rows, k.ENT_COLS), np.int32)
         self.keys = self._alloc((rows, k.KEY_COLS), np.int64, fill=0)  # K_GEN counts from 0
         self.key_bytes = self._alloc((rows, INITIAL_STRIDE), np.uint8)
-        self.table = self._alloc((2 * rows,), np.int32, fill=-1)
+        self.table = self._alloc((2 * rows,), np.int64, fill=-1)
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
         self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
         self._batch: tuple[Any, Any] | None = None  # _batch_kernels(), likewise
@@ -76,6 +76,18 @@ class FastState:
         self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
         self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
         self.touch = partial(ks.touch, self.blk, self.meta)
+        self.touch_one = partial(ks.touch_one, self.blk, self.meta)
+        self._bind_index_verbs()
+
+    def _bind_index_verbs(self) -> None:
+        """The one-op verbs that read the hash index, bound to its current arrays (again
+        after any of them grows): ``lookup_one(hash_bytes, group)`` and
+        ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
+        ks = self.kernels
+        self.lookup_one = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
+        self.pop_quiet = partial(ks.get_new_blocks_quiet, self.blk, self.blk64, self.ent,
+                                 self.keys, self.table, self.meta, self.out,
+                                 self.enable_caching)
 
     # -- allocation ---------------------------------------------------------------------------
 
@@ -140,10 +152,11 @@ class FastState:
             size = self.table.shape[0]
             while 2 * (key_used + pairs) > size:
                 size *= 2
-            table = self._alloc((size,), np.int32, fill=-1)
+            table = self._alloc((size,), np.int64, fill=-1)
             code = self.kernels.rehash(self.keys, table, meta)
             assert code == k.OK, "rehash into a table that is too small"
             self.table = table
+        self._bind_index_verbs()
         self.reserve_events()
 
     def reserve_events(self, extra: int = 0) -> None:

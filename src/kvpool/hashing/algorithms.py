@@ -2,8 +2,10 @@
 
 The four vLLM names (``sha256``, ``sha256_cbor``, ``xxhash``, ``xxhash_cbor``) reproduce vLLM's
 bytes exactly. The ``*_raw`` names are kvpool's faster, vLLM-incompatible mode
-(:mod:`kvpool.hashing.raw`). Looking a name up resolves its digest immediately, so a missing
-xxhash package fails at configuration time rather than at the first block.
+(:mod:`kvpool.hashing.raw`); ``kvhash_raw`` hashes a whole prompt in one native call
+(:mod:`kvpool.hashing.native`, non-cryptographic: read its collision properties). Looking a
+name up resolves its digest immediately, so a missing xxhash package fails at configuration
+time rather than at the first block.
 """
 
 from __future__ import annotations
@@ -90,6 +92,19 @@ def _xxhash_raw() -> HashAlgorithm:
     )
 
 
+def _kvhash_raw() -> HashAlgorithm:
+    from kvpool.hashing.native import DIGEST_SIZE, kvhash, kvhash_chain
+
+    return HashAlgorithm(
+        "kvhash_raw",
+        kvhash,
+        DIGEST_SIZE,
+        cryptographic=False,
+        vllm_compatible=False,
+        chain=kvhash_chain,
+    )
+
+
 _FACTORIES: dict[str, Callable[[], HashAlgorithm]] = {
     "sha256": _sha256,
     "sha256_cbor": _sha256_cbor,
@@ -97,6 +112,7 @@ _FACTORIES: dict[str, Callable[[], HashAlgorithm]] = {
     "xxhash_cbor": _xxhash_cbor,
     "sha256_raw": _sha256_raw,
     "xxhash_raw": _xxhash_raw,
+    "kvhash_raw": _kvhash_raw,
 }
 
 HASH_ALGORITHM_NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -1,18 +1,13 @@
-"""Replay a trace through one block pool, exactly as a scheduler drives it; time the pool.
+"""Replay a trace through one block pool, exactly as vLLM's scheduler drives it; time the pool.
 
 The driver is a small FCFS scheduler over a single full-attention KV cache group (group 0,
 ``hash_block_size == block_size``). It drives the pool through the batch verbs of
 :mod:`kvpool.workload.verbs` — one call per step, one per admission attempt — so every
-backend sees the same calls and must make the same decisions. Each step runs three phases:
+backend sees the same calls and must make the same decisions. It makes the decisions of
+vLLM's scheduler on the same trace (the kit's ``bench.py`` replay: same blocks allocated,
+hits, evictions and step count). Each step runs two phases, in vLLM's order:
 
-1. **Decode.** Every running request appends its next generated token (one per step). A
-   token that starts a new block needs a block: all of this step's needs are served by one
-   allocation of ``k`` blocks, handed out in running order. A token that fills a block gets
-   the block hashed and cached, as vLLM caches blocks as they fill.
-2. **Finish.** A request that generated ``output_len`` tokens frees its table in *reverse*
-   order (tail first, so the least reusable block is evicted first), one ``free_blocks``
-   per request.
-3. **Admit.** Waiting requests, in arrival order, up to ``max_running`` running. For the
+1. **Admit.** Waiting requests, in arrival order, up to ``max_running`` running. For the
    head of the queue: hash its prompt (once), find the longest run of cached blocks over
    its first ``(prompt_len - 1) // block_size`` blocks (the last prompt token is always
    recomputed, as in vLLM, so a fully cached prompt still computes its last block), and
@@ -20,16 +15,31 @@ backend sees the same calls and must make the same decisions. Each step runs thr
    evictable (free, cached) + future decode blocks + the decode blocks already promised to
    running requests must not exceed the free count. Otherwise it waits, and so does
    everything behind it (FCFS head-of-line blocking); no preemption is needed because
-   decode blocks are reserved at admission. An admitted request touches its hits, allocates
-   the rest of its prompt blocks (evicting least recently freed cached blocks on the way,
-   lazily, inside the allocation) and caches its full prompt blocks.
+   decode blocks are reserved at admission (``cdiv(prompt + output_len, bs) -
+   cdiv(prompt, bs)`` of them). An admitted request touches its hits, allocates the rest of
+   its prompt blocks (evicting least recently freed cached blocks on the way, lazily, inside
+   the allocation) and caches its full prompt blocks. Its prefill samples its first output
+   token.
+2. **Decode and finish.** Every running request, newly admitted ones included, in running
+   order: one that has sampled all its ``output_len`` tokens frees its table in *reverse*
+   order (tail first, so the least reusable block is evicted first) and returns the decode
+   blocks it was promised but never used. Every other one computes the KV of its last
+   sampled token and samples the next. That token needs a new block when it starts one
+   (all of this step's needs are served by one allocation, handed out in running order) and
+   gets its block hashed and cached when it fills one, as vLLM caches blocks as they fill.
+   The last sampled token is never computed: a request of ``output_len`` tokens writes KV
+   for ``prompt_len + output_len - 1`` of them.
 
-Phases 1 and 2 are one :func:`~kvpool.batch.step` call: cache the filled blocks, allocate,
+Phase 2 is usually one :func:`~kvpool.batch.step` call: cache the filled blocks, allocate,
 free the finished tables. Caching before allocating leaves the same state as the other way
-round (the blocks being cached are held, the allocation takes free ones); only the order of
-events differs. When a request's new block is also one the same step caches or frees
-(``block_size == 1``, or a request whose last token starts a block) the step is split in
-two calls, allocation first. Phase 3 is one :func:`~kvpool.batch.admit` per attempt.
+round (the blocks being cached are held by their request alone, the allocation takes free
+ones); only the order of events differs. Allocation and release do not commute: a table's
+unkeyed blocks go to the queue's front, where vLLM's loop hands them to a request later in
+running order. So a need that follows a finish in running order starts a new ``step`` call
+(one call per run of needs and finishes; with one ``output_len`` for all, finishers are
+contiguous and a step takes at most two calls). With ``block_size == 1`` a block fills as it
+starts, so the filled blocks are cached in a last call of their own, after the allocation.
+Phase 1 is one :func:`~kvpool.batch.admit` per attempt.
 
 The driver keeps two mirrors of its own making: how many running requests hold each block
 and which blocks it has cached since their last allocation. A block handed out by an
@@ -39,8 +49,9 @@ test checks that). Block tables are int64 arrays sized for the whole sequence, s
 pool reads them without converting element by element.
 
 **Time.** ``pool_s`` sums ``perf_counter`` deltas around each pool call (including two timer
-reads per call; a batch verb is one call); ``wall_s`` is the whole replay, hashing and
-bookkeeping included. Neither includes building the pool.
+reads per call; a batch verb is one call); ``pool_cpu_s`` the same with ``thread_time``;
+``wall_s`` is the whole replay, hashing and bookkeeping included, and ``hash_s`` (CPU:
+``hash_cpu_s``) the part of it spent hashing blocks. None includes building the pool.
 """
 
 from __future__ import annotations
@@ -70,8 +81,11 @@ class SimulationReport:
 
     ``hit_rate`` is ``hit_tokens / prompt_tokens``; ``peak_usage`` the largest
     ``pool.get_usage()`` seen after a step (cached free blocks count as free).
-    ``verb_calls`` and ``verb_s`` split ``pool_calls`` and ``pool_s`` by verb (``admit``,
-    ``step``, ``get_usage``).
+    ``decode_tokens`` counts sampled output tokens (each request's last one is never
+    computed). ``verb_calls`` and ``verb_s`` split ``pool_calls`` and ``pool_s`` by verb
+    (``admit``, ``step``, ``get_usage``). ``pool_cpu_s`` is ``pool_s`` on the thread's CPU
+    clock (``time.thread_time``), ``hash_s`` (``hash_cpu_s``) the wall (CPU) time spent
+    hashing blocks.
     """
 
     requests: int
@@ -93,8 +107,12 @@ class SimulationReport:
     warmup_s: float = 0.0
     verb_calls: dict[str, int] = field(default_factory=dict)
     verb_s: dict[str, float] = field(default_factory=dict)
+    pool_cpu_s: float = 0.0
+    hash_s: float = 0.0
+    hash_cpu_s: float = 0.0
 
-    TIMING_FIELDS = ("pool_s", "wall_s", "warmup_s", "verb_s")
+    TIMING_FIELDS = ("pool_s", "wall_s", "warmup_s", "verb_s", "pool_cpu_s", "hash_s",
+                     "hash_cpu_s")
     JSON_FIELDS = (
         "requests",
         "prompt_tokens",
@@ -122,23 +140,30 @@ class SimulationReport:
 
 
 class _Running:
-    """A running request: its hashes, block table (``table[:length]``) and decode progress."""
+    """A running request: its hashes, block table (``table[:length]``), decode progress and
+    the decode blocks still promised to it (``owed``)."""
 
-    __slots__ = ("generated", "length", "num_cached", "output_len", "outputs", "request",
-                 "table")
+    __slots__ = ("generated", "length", "num_cached", "output_len", "outputs", "owed",
+                 "request", "table")
 
     def __init__(self, request: Request, table: np.ndarray, length: int, num_cached: int,
-                 output_len: int):
+                 output_len: int, owed: int):
         self.request = request
         self.table = table
         self.length = length
         self.num_cached = num_cached
         self.output_len = output_len
         self.outputs = output_tokens(request.request_id, output_len)
+        self.owed = owed
         self.generated = 0
 
     def blocks(self) -> np.ndarray:
         return self.table[: self.length]
+
+    def sample(self) -> None:
+        """Append the next output token (the KV of the previous one was just computed)."""
+        self.request.output_token_ids.append(self.outputs[self.generated])
+        self.generated += 1
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -201,6 +226,9 @@ def replay(
         pool_calls=s.pool_calls,
         verb_calls=dict(s.verb_calls),
         verb_s=dict(s.verb_s),
+        pool_cpu_s=s.pool_cpu_s,
+        hash_s=s.hash_s,
+        hash_cpu_s=s.hash_cpu_s,
     )
 
 
@@ -222,21 +250,30 @@ class _Driver:
         self.requests = self.prompt_tokens = self.hit_tokens = 0
         self.evictions = self.blocks_allocated = self.decode_tokens = 0
         self.steps = self.pool_calls = 0
-        self.pool_s = 0.0
+        self.pool_s = self.pool_cpu_s = self.hash_s = self.hash_cpu_s = 0.0
         self.peak_usage = 0.0
         self.verb_calls: dict[str, int] = {}
         self.verb_s: dict[str, float] = {}
 
     # Every pool call goes through here, so pool_s covers exactly the pool.
     def _call(self, verb: str, method: Callable[..., Any], *args: Any) -> Any:
+        cpu = time.thread_time()
         began = time.perf_counter()
         result = method(*args)
         elapsed = time.perf_counter() - began
+        self.pool_cpu_s += time.thread_time() - cpu
         self.pool_s += elapsed
         self.pool_calls += 1
         self.verb_calls[verb] = self.verb_calls.get(verb, 0) + 1
         self.verb_s[verb] = self.verb_s.get(verb, 0.0) + elapsed
         return result
+
+    def _hash_new_blocks(self, request: Request) -> None:
+        cpu = time.thread_time()
+        began = time.perf_counter()
+        request.block_hashes.extend(self.block_hasher(request))
+        self.hash_s += time.perf_counter() - began
+        self.hash_cpu_s += time.thread_time() - cpu
 
     def _allocated(self, blocks: list[int]) -> None:
         keyed, held = self.keyed, self.held
@@ -261,8 +298,8 @@ class _Driver:
                 step = pending[0].arrival_step  # nothing to do until the next arrival
             while pending and pending[0].arrival_step <= step:
                 waiting.append((pending.popleft(), None))
-            changed = self._decode_and_finish()
-            changed = self._admit(waiting) or changed
+            changed = self._admit(waiting)
+            changed = self._decode_and_finish() or changed
             if changed:
                 usage = self._call("get_usage", self.pool.get_usage)
                 self.peak_usage = max(self.peak_usage, usage)
@@ -270,62 +307,73 @@ class _Driver:
             self.steps += 1
 
     def _decode_and_finish(self) -> bool:
-        """Phases 1 and 2 (see the module docstring); whether anything was allocated."""
+        """Phase 2 (see the module docstring); whether anything was allocated."""
         bs = self.bs
-        need: list[_Running] = []
+        # Runs of (needing requests, finished requests) in running order: a need that comes
+        # after a finish must see that finish's frees (its unkeyed blocks go to the front).
+        segments: list[tuple[list[_Running], list[_Running]]] = [([], [])]
         filled: list[_Running] = []
-        finished: list[_Running] = []
         still: list[_Running] = []
-        split = bs == 1  # a block that fills as it starts is cached after its allocation
         for entry in self.running:
-            if entry.generated < entry.output_len:
-                request = entry.request
-                position = request.num_tokens  # where the new token's KV goes
-                request.output_token_ids.append(entry.outputs[entry.generated])
-                entry.generated += 1
-                self.decode_tokens += 1
-                if position % bs == 0:
-                    need.append(entry)
-                    split = split or entry.generated == entry.output_len
-                if (position + 1) % bs == 0:
-                    filled.append(entry)
-            (finished if entry.generated == entry.output_len else still).append(entry)
+            if entry.generated >= entry.output_len:
+                segments[-1][1].append(entry)
+                continue
+            position = entry.request.num_tokens - 1  # the last sampled token's KV slot
+            if position % bs == 0:
+                if segments[-1][1]:
+                    segments.append(([], []))
+                segments[-1][0].append(entry)
+            if (position + 1) % bs == 0:
+                filled.append(entry)
+            still.append(entry)
         self.running = still
-        if not (need or filled or finished):
-            return False
-        allocated = bool(need)
-        if split and need:
-            self._hand_out(need, self._call("step", self.step, (), len(need), (), bs,
-                                            GROUP_IDS[0]))
-            need = []
+        self._step_calls(segments, filled)
+        for entry in still:
+            entry.sample()  # after hashing: a filled block holds only computed tokens
+        self.decode_tokens += len(still)
+        return any(need for need, _ in segments)
+
+    def _step_calls(self, segments: list[tuple[list[_Running], list[_Running]]],
+                    filled: list[_Running]) -> None:
+        """One ``step`` call per segment (usually one per step), the filled blocks cached in
+        the first; with ``block_size == 1`` a block fills as it starts, so they are cached
+        in a call of their own after every allocation."""
+        bs = self.bs
         items = []
         if self.caching:
             for entry in filled:
                 request = entry.request
-                request.block_hashes.extend(self.block_hasher(request))
+                self._hash_new_blocks(request)
                 num_full = len(request.block_hashes)
                 if num_full > entry.num_cached:  # else the pool would do nothing
                     items.append((entry, num_full))
-        if items or need or finished:
+        cache_last = bs == 1
+        if cache_last:
+            segments = [*segments, ([], [])]
+        for i, (need, finished) in enumerate(segments):
+            cache = items if i == (len(segments) - 1 if cache_last else 0) else ()
+            if not (cache or need or finished):
+                continue
             new = self._call(
                 "step", self.step,
-                [(e.request, e.blocks(), e.num_cached, num_full) for e, num_full in items],
+                [(e.request, e.blocks(), e.num_cached, num_full) for e, num_full in cache],
                 len(need), [e.blocks() for e in finished], bs, GROUP_IDS[0],
             )
             self._hand_out(need, new)
+            held = self.held
+            for entry in finished:
+                self.reserved -= entry.owed  # promised decode blocks it never needed
+                for b in entry.blocks().tolist():
+                    held[b] -= 1
         for entry, num_full in items:
             self._cached(entry, num_full)
-        held = self.held
-        for entry in finished:
-            for b in entry.blocks().tolist():
-                held[b] -= 1
-        return allocated
 
     def _hand_out(self, need: list[_Running], blocks: list[int]) -> None:
         """Decode blocks, one per needing request in running order."""
         for entry, block in zip(need, blocks, strict=True):
             entry.table[entry.length] = block
             entry.length += 1
+            entry.owed -= 1
         self.reserved -= len(need)
         self._allocated(blocks)
 
@@ -337,7 +385,7 @@ class _Driver:
             if request is None:
                 request = Request(spec.id, list(spec.prompt))
                 if self.caching:
-                    request.block_hashes.extend(self.block_hasher(request))
+                    self._hash_new_blocks(request)
                 waiting[0] = (spec, request)
             prompt_len = len(spec.prompt)
             prompt_blocks = _cdiv(prompt_len, bs)
@@ -362,10 +410,13 @@ class _Driver:
             table = np.empty(total_blocks, np.int64)
             table[: len(hits)] = hits
             table[len(hits) : prompt_blocks] = new
-            entry = _Running(request, table, prompt_blocks, len(hits), spec.output_len)
+            entry = _Running(request, table, prompt_blocks, len(hits), spec.output_len, future)
             if self.caching:
                 self._cached(entry, num_full)
             self.reserved += future
+            if spec.output_len:
+                entry.sample()  # the prefill samples the first output token
+                self.decode_tokens += 1
             self.running.append(entry)
             self.requests += 1
             self.prompt_tokens += prompt_len

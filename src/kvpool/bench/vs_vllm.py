@@ -1,0 +1,343 @@
+"""kvpool against the real vLLM, same workload, same run: ``kvpool bench --vs-vllm PYTHON``.
+
+The vLLM side is the kit's own ``bench.py`` (``vllm-kit/``: it defines the workload and drives
+``vllm.v1.core.block_pool.BlockPool``), run by :mod:`kvpool.bench.vllm_side` in one
+long-lived process of the vLLM venv's python. The kvpool side replays the very same trace
+(the kit's ``gen_trace.make_trace()``, imported from the kit) in this process, in three API
+shapes per backend:
+
+* **vLLM pattern** — :func:`kvpool.bench.vllm_pattern.replay_vllm_pattern`: the kit's loop,
+  call for call (one ``get_cached_block`` per lookup, one call per block batch);
+* **batch verbs** — :func:`kvpool.workload.driver.replay` (``kvpool simulate``): one ``admit``
+  per admission attempt, one ``step`` per scheduler step, same decisions;
+* **batch verbs, raw hashing** — the same with ``raw_hash`` (default ``kvhash_raw``: one
+  native call per prompt, not vLLM-compatible), for the wall time including hashing.
+
+plus the kit's micro loops (:func:`kvpool.bench.vllm_pattern.run_micro`). **Method.** Rounds
+interleave the two sides (vLLM, then every kvpool backend and shape, per round and clock), so
+drift of a shared machine hits both alike; every figure is the median over ``--rounds``.
+Each figure is measured twice: on the wall clock (``perf_counter``) and on the thread's CPU
+clock (``thread_time``; the vLLM side swaps the kit's timer for it). CPU time is the figure to
+trust on a busy machine. Ratios are "times better than vLLM": ``vLLM / kvpool`` for times,
+``kvpool / vLLM`` for rates. The deterministic figures (blocks allocated, hit tokens,
+evictions, steps, ...) must be equal on every side; a difference is an error (exit 1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvpool.backends import make_pool
+from kvpool.bench import vllm_pattern
+from kvpool.errors import InvalidConfig
+from kvpool.hashing import BlockHasher
+from kvpool.workload.driver import HASH_SEED, replay
+from kvpool.workload.trace import TraceRequest
+
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
+DECISIONS = ("requests", "steps", "blocks_allocated", "prompt_tokens", "hit_tokens",
+             "evictions")
+"""Decision figures every side must report identically."""
+PATTERN_DECISIONS = (*DECISIONS, "cache_lookups", "blocks_cached")
+"""... and those the vLLM-pattern replay must also share with vLLM."""
+
+
+class VllmDivergence(Exception):
+    """A kvpool side made a decision other than vLLM's on the same trace."""
+
+
+@dataclass(frozen=True)
+class VsVllmConfig:
+    """``python``: the vLLM venv's interpreter; ``kit``: the kit directory."""
+
+    python: str
+    kit: str
+    backends: tuple[str, ...] = ("fast", "reference")
+    rounds: int = 3
+    raw_hash: str = "kvhash_raw"
+    micro: bool = True
+
+
+def default_kit() -> str | None:
+    """``$KVPOOL_VLLM_KIT``, else ``../shared/vllm-kit`` from the working directory if it
+    has a ``bench.py``."""
+    kit = os.environ.get("KVPOOL_VLLM_KIT")
+    if kit:
+        return kit
+    guess = Path("..") / "shared" / "vllm-kit"
+    return str(guess.resolve()) if (guess / "bench.py").exists() else None
+
+
+class VllmSide:
+    """The kit's ``bench.py`` in the vLLM venv, one process, one JSON line per command."""
+
+    def __init__(self, python: str, kit: str) -> None:
+        env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="WARNING",
+                   VLLM_LOGGING_STREAM="ext://sys.stderr")
+        env.pop("PYTHONPATH", None)  # the vLLM venv's own packages only
+        script = str(Path(__file__).with_name("vllm_side.py"))
+        self._proc = subprocess.Popen(
+            [python, script, kit], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env,
+        )
+        self.meta = self.ask({"what": "meta"})
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(command) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            err = proc.stderr.read() if proc.stderr is not None else ""
+            raise InvalidConfig(f"the vLLM side stopped: {err.strip()[-2000:]}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+
+def load_kit_trace(kit: str) -> list[tuple[str, int, list[int], list[int]]]:
+    """The kit's built-in trace, as its ``bench.py`` holds it (``gen_trace`` is stdlib only)."""
+    spec = importlib.util.spec_from_file_location("kit_gen_trace", Path(kit) / "gen_trace.py")
+    if spec is None or spec.loader is None:
+        raise InvalidConfig(f"no gen_trace.py in the vLLM kit {kit!r}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    trace, _ = module.make_trace()
+    return [(str(i), 0, prompt, outputs) for i, (prompt, outputs) in enumerate(trace)]
+
+
+def _as_trace_requests(trace: list[tuple[str, int, list[int], list[int]]]) -> list[TraceRequest]:
+    return [TraceRequest(rid, arrival, tuple(prompt), len(outputs))
+            for rid, arrival, prompt, outputs in trace]
+
+
+def _batch_replay(backend: str, trace: list[TraceRequest], algorithm: str,
+                  clock: Callable[[], float]) -> dict[str, Any]:
+    pool = make_pool(vllm_pattern.NUM_BLOCKS, backend=backend,
+                     hash_block_size=vllm_pattern.BLOCK)
+    hasher = BlockHasher(algorithm, seed=HASH_SEED)
+    began = clock()
+    report = replay(pool, trace, block_size=vllm_pattern.BLOCK,
+                    max_running=vllm_pattern.MAX_RUNNING, hasher=hasher)
+    total = clock() - began
+    out = report.decisions()
+    cpu = clock is time.thread_time
+    out.update(wall_s=total, pool_s=report.pool_cpu_s if cpu else report.pool_s,
+               hash_s=report.hash_cpu_s if cpu else report.hash_s)
+    return out
+
+
+def _pattern_replay(backend: str, trace: list[tuple[str, int, list[int], list[int]]],
+                    clock: Callable[[], float]) -> dict[str, Any]:
+    pool = make_pool(vllm_pattern.NUM_BLOCKS, backend=backend,
+                     hash_block_size=vllm_pattern.BLOCK)
+    hasher = BlockHasher("sha256", seed=HASH_SEED)
+    return vllm_pattern.replay_vllm_pattern(pool, trace, hasher, clock)
+
+
+@dataclass
+class _Samples:
+    """Every measured value by (side, figure, clock), in round order."""
+
+    values: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, side: str, clock: str, figures: dict[str, Any], names: tuple[str, ...]
+            ) -> None:
+        for name in names:
+            if figures.get(name) is not None:
+                self.values.setdefault((side, name, clock), []).append(float(figures[name]))
+
+    def median(self, side: str, name: str, clock: str) -> float | None:
+        values = self.values.get((side, name, clock))
+        return statistics.median(values) if values else None
+
+
+TRACE_TIMES = ("pool_s", "wall_s", "hash_s")
+MICRO_RATES = ("alloc1_free1_pairs_per_s", "alloc64_free64_blocks_per_s",
+               "alloc64_free64_array_blocks_per_s", "hash_block_tokens_sha256_per_s",
+               "hash_prompt_sha256_blocks_per_s", "hash_prompt_kvhash_raw_blocks_per_s",
+               "get_cached_block_hit_per_s", "get_cached_block_miss_per_s",
+               "touch1_free1_pairs_per_s", "alloc1_evicting_per_s")
+
+
+def _check_decisions(expected: dict[str, Any], got: dict[str, Any], names: tuple[str, ...],
+                     side: str) -> None:
+    diff = {n: (expected.get(n), got.get(n)) for n in names if expected.get(n) != got.get(n)}
+    if diff:
+        raise VllmDivergence(f"{side} decided differently from vLLM: "
+                             + ", ".join(f"{n} vLLM {a} vs {b}" for n, (a, b) in diff.items()))
+
+
+def _warm_up(config: VsVllmConfig, trace: list, requests: list[TraceRequest]) -> None:
+    """Compile (fast) and touch every code path once on a slice of the trace."""
+    for backend in config.backends:
+        _pattern_replay(backend, trace[:40], time.perf_counter)
+        for algorithm in ("sha256", config.raw_hash):
+            _batch_replay(backend, requests[:40], algorithm, time.perf_counter)
+        if config.micro:
+            vllm_pattern.run_micro(backend, BlockHasher("sha256", seed=HASH_SEED),
+                                   n_blocks=2_000, iters=2_000)
+
+
+def run_vs_vllm(config: VsVllmConfig, log: Callable[[str], None] = lambda _: None
+                ) -> dict[str, Any]:
+    """Interleaved rounds of both sides (see the module docstring); the medians, as
+    ``{"rows": [...], "meta": {...}}`` (rows: :func:`table_rows`). Raises
+    :class:`VllmDivergence` if a kvpool side decides differently from vLLM."""
+    if config.rounds < 1:
+        raise InvalidConfig(f"rounds must be >= 1, got {config.rounds}")
+    trace = load_kit_trace(config.kit)
+    requests = _as_trace_requests(trace)
+    log(f"warming up kvpool ({', '.join(config.backends)}) and starting vLLM")
+    _warm_up(config, trace, requests)
+    vllm = VllmSide(config.python, config.kit)
+    samples = _Samples()
+    try:
+        for r in range(config.rounds):
+            for clock_name, clock in CLOCKS.items():
+                log(f"round {r + 1}/{config.rounds} {clock_name}: vLLM trace")
+                ref = vllm.ask({"what": "trace", "clock": clock_name})
+                samples.add("vllm", clock_name, ref, TRACE_TIMES)
+                for backend in config.backends:
+                    log(f"round {r + 1}/{config.rounds} {clock_name}: kvpool {backend} trace")
+                    got = _pattern_replay(backend, trace, clock)
+                    _check_decisions(ref, got, PATTERN_DECISIONS, f"{backend} vLLM pattern")
+                    samples.add(f"{backend}/pattern", clock_name, got, TRACE_TIMES)
+                    for shape, algorithm in (("batch", "sha256"), ("raw", config.raw_hash)):
+                        got = _batch_replay(backend, requests, algorithm, clock)
+                        _check_decisions(ref, got, DECISIONS, f"{backend} batch verbs")
+                        samples.add(f"{backend}/{shape}", clock_name, got, TRACE_TIMES)
+                if config.micro:
+                    log(f"round {r + 1}/{config.rounds} {clock_name}: micro")
+                    samples.add("vllm", clock_name,
+                                vllm.ask({"what": "micro", "clock": clock_name}), MICRO_RATES)
+                    hasher = BlockHasher("sha256", seed=HASH_SEED)
+                    for backend in config.backends:
+                        samples.add(f"{backend}/pattern", clock_name,
+                                    vllm_pattern.run_micro(backend, hasher, clock), MICRO_RATES)
+    finally:
+        vllm.close()
+    meta = {"vllm": vllm.meta, "rounds": config.rounds, "backends": list(config.backends),
+            "raw_hash": config.raw_hash, "python": sys.version.split()[0],
+            "kit": str(Path(config.kit).resolve())}
+    return {"rows": table_rows(samples, config), "meta": meta}
+
+
+TARGETS: dict[str, float] = {
+    "trace pool s, vLLM call pattern [fast]": 2.0,
+    "trace pool s, batch verbs [fast]": 20.0,
+    "trace wall s incl. hashing, batch verbs kvhash_raw [fast]": 5.0,
+    "micro alloc1_free1_pairs_per_s": 2.0,
+    "micro alloc64_free64_blocks_per_s": 5.0,
+    "micro alloc64_free64_array_blocks_per_s": 30.0,
+    "micro hash_block_tokens_sha256_per_s": 1.0,
+    "micro get_cached_block_hit_per_s": 1.0,
+    "micro get_cached_block_miss_per_s": 1.0,
+    "micro touch1_free1_pairs_per_s": 1.0,
+    "micro alloc1_evicting_per_s": 1.0,
+}
+"""Issue 8's targets: the fast backend's ratio to vLLM on the CPU clock, per row."""
+
+
+def _row(samples: _Samples, label: str, vllm_name: str, sides: dict[str, tuple[str, str]],
+         clock: str, rate: bool) -> dict[str, Any]:
+    ref = samples.median("vllm", vllm_name, clock)
+    row: dict[str, Any] = {"figure": label, "clock": clock, "vllm": ref, "kvpool": {},
+                           "ratio": {}}
+    goal = TARGETS.get(label) if clock == "cpu" else None
+    if goal is not None:
+        row["target"] = goal
+    for column, (side, name) in sides.items():
+        value = samples.median(side, name, clock)
+        if value is None:
+            continue
+        row["kvpool"][column] = value
+        if ref and value:
+            row["ratio"][column] = value / ref if rate else ref / value
+    if goal is not None and "fast" in row["ratio"]:
+        row["met"] = row["ratio"]["fast"] >= goal
+    return row
+
+
+def table_rows(samples: _Samples, config: VsVllmConfig) -> list[dict[str, Any]]:
+    """One row per (figure, clock): vLLM's median, each kvpool column's, the ratios."""
+    rows = []
+    for clock in ("cpu", "wall"):
+        for backend in config.backends:
+            rows.append(_row(samples, f"trace pool s, vLLM call pattern [{backend}]", "pool_s",
+                             {backend: (f"{backend}/pattern", "pool_s")}, clock, False))
+            rows.append(_row(samples, f"trace pool s, batch verbs [{backend}]", "pool_s",
+                             {backend: (f"{backend}/batch", "pool_s")}, clock, False))
+            rows.append(_row(samples, f"trace wall s incl. hashing, batch verbs sha256 "
+                             f"[{backend}]", "wall_s",
+                             {backend: (f"{backend}/batch", "wall_s")}, clock, False))
+            rows.append(_row(samples, f"trace wall s incl. hashing, batch verbs "
+                             f"{config.raw_hash} [{backend}]", "wall_s",
+                             {backend: (f"{backend}/raw", "wall_s")}, clock, False))
+        rows.append(_row(samples, "trace hash s, sha256 (vLLM-compatible)", "hash_s",
+                         {b: (f"{b}/batch", "hash_s") for b in config.backends[:1]}, clock,
+                         False))
+        rows.append(_row(samples, f"trace hash s, {config.raw_hash} (not vLLM-compatible)",
+                         "hash_s", {b: (f"{b}/raw", "hash_s") for b in config.backends[:1]},
+                         clock, False))
+        if config.micro:
+            for name in MICRO_RATES:
+                vllm_name = ("hash_block_tokens_sha256_per_s" if name.startswith("hash_")
+                             else name.replace("_array", ""))
+                rows.append(_row(samples, f"micro {name}", vllm_name,
+                                 {b: (f"{b}/pattern", name) for b in config.backends}, clock,
+                                 True))
+    return rows
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The rows as one fixed-width table (CPU rows first)."""
+    rows = result["rows"]
+    columns = result["meta"]["backends"]
+    head = f"{'figure':<62} {'clock':<5} {'vLLM':>12}"
+    for c in columns:
+        head += f" {c:>12} {'ratio':>7}"
+    head += "  target (fast, cpu)"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        line = f"{row['figure']:<62} {row['clock']:<5} {_fmt(row['vllm']):>12}"
+        for c in columns:
+            value, ratio = row["kvpool"].get(c), row["ratio"].get(c)
+            line += f" {_fmt(value):>12} {(f'{ratio:.2f}x' if ratio else '-'):>7}"
+        if "target" in row:
+            verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
+            line += f"  >= {row['target']:g}x {verdict}"
+        lines.append(line)
+    meta = result["meta"]
+    lines.append(f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
+                 f"kvpool python {meta['python']}; medians of {meta['rounds']} interleaved "
+                 "rounds; ratio = times better than vLLM; deterministic figures equal")
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4f}"
+
+
+__all__ = ["VllmDivergence", "VsVllmConfig", "default_kit", "format_table", "run_vs_vllm"]

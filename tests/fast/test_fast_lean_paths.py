@@ -1,0 +1,60 @@
+"""The one-op lean paths (one lookup, one touch, an evicting allocation without events) give
+the spec's results and errors, and leave the spec's state, across hash-table growth."""
+
+from __future__ import annotations
+
+import pytest
+from fast_twin import assert_sound, fast_pool, request_with_hashes
+
+from kvpool import make_pool
+from kvpool.errors import InvalidArgument, InvalidBlockId, InvalidGroupId
+
+
+def outcome(method, args):
+    try:
+        return ("ok", method(*args))
+    except Exception as error:  # noqa: BLE001 - the type and message are compared
+        return (type(error).__name__, str(error))
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_lean_single_op_paths_match_the_spec(jit):
+    fast, spec = fast_pool(12, jit=jit), make_pool(12, backend="spec")
+    request = request_with_hashes(10)
+    for pool in (fast, spec):
+        blocks = pool.get_new_blocks(10)
+        pool.cache_full_blocks(request, blocks, 0, 10, 16, 0)  # the table grows several times
+        pool.free_blocks(blocks[::-1])
+    calls = [
+        *[("get_cached_block", (h, [0])) for h in request.block_hashes],
+        ("get_cached_block", (request.block_hashes[0], (0,))),
+        ("get_cached_block", (request.block_hashes[0], [1])),  # another group: a miss
+        ("get_cached_block", (b"absent", [0])),
+        ("get_cached_block", (b"", [0])),
+        ("get_cached_block", (request.block_hashes[0], [2**32])),
+        ("get_cached_block", (request.block_hashes[0], [True])),
+        ("get_cached_block", ("not bytes", [0])),
+        ("touch", ([3],)), ("touch", ([0],)), ("touch", ([-1],)), ("touch", ([12],)),
+        ("touch", ([2**70],)), ("free_blocks", ([3],)),
+        *[("get_new_blocks", (1,))] * 11,  # every pop evicts a cached block
+        ("get_new_blocks", (1,)),  # none left
+    ]
+    for name, args in calls:
+        before = fast.abstract()
+        got = outcome(getattr(fast, name), args)
+        expected = outcome(getattr(spec, name), args)
+        assert got == expected, (name, args)
+        if got[0] != "ok":
+            assert fast.abstract() == before  # a refused call changes nothing
+        assert fast.abstract() == spec.abstract(), (name, args)
+    assert_sound(fast)
+
+
+def test_lean_error_types():
+    pool = fast_pool(4, jit=True)
+    with pytest.raises(InvalidBlockId):
+        pool.touch([4])
+    with pytest.raises(InvalidGroupId):
+        pool.get_cached_block(b"x", [-1])
+    with pytest.raises(InvalidArgument):
+        pool.get_cached_block(None, [0])
