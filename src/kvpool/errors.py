@@ -88,3 +88,11 @@ __all__ = [
     "NullBlockMisuse",
     "WatcherError",
 ]
+
+
+class UnknownRequest(KvPoolError, ValueError):
+    """The KV cache manager holds nothing for this request (never allocated, or already
+    freed); vLLM silently does nothing."""
+
+
+__all__ += ["UnknownRequest"]
