@@ -1,0 +1,471 @@
+"""The whole-stack differential machine: one scheduler workload through several stacks.
+
+A *stack* is a :class:`kvpool.policy.KVCacheManager` over one pool backend. The machine
+plays a small scheduler — new requests with shared prefixes and salts, chunked prefill,
+decode with lookahead (EAGLE drafts accepted or rejected), preemption and resume, finish,
+pop-then-free, cache reset, allocation failure under memory pressure, invalid calls — and
+feeds every call to every stack. After every step it compares, stack against the first (the
+oracle): each call's result or error type, every live request's block tables, hit lengths,
+the pools' ``abstract()`` values (state and pending events) and the events handed over; and
+it checks §11.21–27 as named predicates (:mod:`kvpool.harness.stack_invariants`) on every
+stack.
+
+It is a seeded random walk, not a Hypothesis machine: a stack step is a whole scheduler
+decision, and the interesting failures need long histories (a cached prefix evicted by
+memory pressure, then hit again), which shrinking would spend its budget on. A failure
+reports the configuration, the seed and the step, and the ops leading to it in domain
+words; ``kvpool check --layer stack --configuration C --seed S --steps N`` replays it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvpool.errors import KvPoolError
+from kvpool.harness import stack_invariants as inv
+from kvpool.harness.stack_configs import CONFIGURATIONS, StackConfiguration
+from kvpool.hashing import BlockHasher, get_request_block_hasher
+from kvpool.policy.blocks import KVCacheBlocks
+from kvpool.policy.facade import KVCacheManager
+from kvpool.policy.request import RequestStatus, SchedulerRequest
+
+
+class StackDivergence(AssertionError):
+    """Two stacks disagreed, or a stack broke a manager invariant."""
+
+
+@dataclass
+class Stack:
+    """One facade over one backend, plus the tables popped but not yet freed."""
+
+    name: str
+    manager: KVCacheManager
+    popped: list[list[int]] = field(default_factory=list)
+
+
+Outcome = tuple[Any, ...]
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, KVCacheBlocks):
+        return ("blocks", value.get_block_ids())
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], KVCacheBlocks):
+        return ("hit", value[0].get_block_ids(), value[1])
+    return value
+
+
+class StackMachine:
+    """Drive ``backends`` (first = oracle) through one configuration; see module docstring.
+
+    ``extra`` adds stacks built by a callable ``(configuration) -> (name, manager)`` — the
+    planted-bug stacks use it.
+    """
+
+    def __init__(self, configuration: StackConfiguration, backends: Sequence[str],
+                 seed: int, extra: Sequence[Callable[[StackConfiguration],
+                                                     tuple[str, KVCacheManager]]] = ()) -> None:
+        self.config = configuration
+        kwargs = configuration.manager_kwargs()
+        self.stacks = [Stack(b, KVCacheManager(**kwargs, backend=b)) for b in backends]
+        for build in extra:
+            name, manager = build(configuration)
+            self.stacks.append(Stack(name, manager))
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.hasher = get_request_block_hasher(configuration.hash_block_size,
+                                               BlockHasher("sha256", seed="kvpool-stack"))
+        self.waiting: list[SchedulerRequest] = []
+        self.running: list[SchedulerRequest] = []
+        self.finished: list[SchedulerRequest] = []
+        self.families = [[self.rng.randrange(1000) for _ in range(self.rng.randint(24, 140))]
+                         for _ in range(4)]
+        self.next_id = 0
+        self.steps = 0
+        #: How often the interesting things happened (hits, failures, ...): a run that
+        #: never fails an allocation has not tested failure.
+        self.coverage: Counter[str] = Counter()
+        self.log: list[str] = []
+        self.tables: list[dict[tuple[str, int], list[int]]] = [{} for _ in self.stacks]
+        self.ops: list[tuple[float, Callable[[], None]]] = [
+            (3.0, self.add_request), (4.0, self.admit_waiting_request),
+            (9.0, self.schedule_running_request), (1.2, self.finish_request),
+            (0.6, self.preempt_request), (0.4, self.pop_blocks_then_free_later),
+            (2.0, self.start_new_step), (0.3, self.reset_prefix_cache),
+            (0.05, self.drain_and_reset), (0.6, self.invalid_call_changes_nothing),
+            (0.15, self.evict_cached_blocks),
+        ]
+        self._weights = [w for w, _ in self.ops]
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        self.log.append(f"step {self.steps}: {text}")
+        if len(self.log) > 40:
+            del self.log[:-40]
+
+    def fail(self, text: str) -> None:
+        tail = "\n  ".join(self.log[-15:])
+        raise StackDivergence(
+            f"configuration {self.config.name!r}, seed {self.seed}, step {self.steps}: {text}"
+            f"\nlast operations:\n  {tail}")
+
+    def each(self, call: Callable[[Stack], Any], what: str) -> list[Outcome]:
+        """Apply ``call`` to every stack; fail unless all outcomes equal the oracle's."""
+        outcomes: list[Outcome] = []
+        for stack in self.stacks:
+            try:
+                outcomes.append(("ok", _normalize(call(stack))))
+            except KvPoolError as error:
+                outcomes.append(("error", type(error).__name__))
+            except Exception as error:  # noqa: BLE001 - an untyped error is a finding
+                outcomes.append(("crash", f"{type(error).__name__}: {error}"))
+        for stack, outcome in zip(self.stacks[1:], outcomes[1:], strict=True):
+            if outcome != outcomes[0]:
+                self.fail(f"{what}: {self.stacks[0].name} gave {outcomes[0]!r}, "
+                          f"{stack.name} gave {outcome!r}")
+        if outcomes[0][0] == "crash":
+            self.fail(f"{what}: untyped exception {outcomes[0][1]}")
+        return outcomes
+
+    def live_ids(self) -> list[str]:
+        return [r.request_id for r in self.running]
+
+    def compare_and_check(self) -> None:
+        """Tables, pool abstracts and every predicate, after a step."""
+        ids = self.live_ids()
+        oracle = self.stacks[0]
+        tables0 = inv.all_tables(oracle.manager, ids)
+        abstract0 = oracle.manager.block_pool.abstract()
+        for i, stack in enumerate(self.stacks):
+            m = stack.manager
+            tables = tables0 if i == 0 else inv.all_tables(m, ids)
+            if i:
+                if tables != tables0:
+                    diff = [k for k in tables0 if tables0[k] != tables.get(k)]
+                    self.fail(f"block tables differ on {stack.name} at {diff[:3]}: "
+                              f"{[tables0[k] for k in diff[:3]]} vs "
+                              f"{[tables.get(k) for k in diff[:3]]}")
+                abstract = m.block_pool.abstract()
+                if abstract.state != abstract0.state:
+                    self.fail(f"pool state differs on {stack.name}")
+                if abstract.pending_events != abstract0.pending_events:
+                    self.fail(f"pending events differ on {stack.name}")
+            problems = (
+                inv.every_reference_is_counted_once(m, ids, stack.popped)
+                + inv.no_block_twice_in_a_table(m, ids)
+                + inv.keyed_blocks_cover_their_table_position(m, ids)
+                + inv.running_tables_are_append_only(self.tables[i], tables,
+                                                     m.block_pool.null_block)
+            )
+            if problems:
+                self.fail(f"invariant broken on {stack.name}: {problems[:3]}")
+            self.tables[i] = tables
+
+    def step(self) -> None:
+        """One weighted random scheduler operation, then the comparison."""
+        _, op = self.rng.choices(self.ops, weights=self._weights)[0]
+        op()
+        self.steps += 1
+        self.compare_and_check()
+
+    def run(self, steps: int, progress: Callable[[int], None] | None = None) -> None:
+        for _ in range(steps):
+            self.step()
+            if progress is not None and self.steps % 500 == 0:
+                progress(self.steps)
+
+    # -- the scheduler's operations -----------------------------------------------------
+
+    def add_request(self) -> None:
+        """A new request: a shared prefix (cut anywhere), a private suffix, maybe a salt."""
+        if len(self.waiting) + len(self.running) >= 10:
+            return
+        rng = self.rng
+        family = rng.choice(self.families)
+        prompt = family[: rng.randint(0, len(family))]
+        prompt += [rng.randrange(1000, 2000) for _ in range(rng.randint(1, 80))]
+        prompt = prompt[: self.config.max_model_len - 48]
+        salt = rng.choice(["tenant-a", "tenant-b"]) if rng.random() < 0.15 else None
+        rid = f"r{self.next_id}"
+        self.next_id += 1
+        request = SchedulerRequest(rid, prompt, cache_salt=salt, block_hasher=self.hasher)
+        self.waiting.append(request)
+        self.note(f"new request {rid} with {len(prompt)} prompt tokens, salt {salt!r}")
+
+    def _chunk(self) -> int:
+        return self.rng.choice([8, 16, 24, 48, self.config.max_num_batched_tokens])
+
+    def _lookahead(self) -> int:
+        return self.config.num_lookahead_tokens
+
+    def admit_waiting_request(self) -> None:
+        """Lookup then allocation for the first waiting request (FCFS)."""
+        if not self.waiting:
+            return
+        request = self.waiting[0]
+        hits: dict[str, Any] = {}
+
+        def lookup(stack: Stack) -> Any:
+            result = stack.manager.get_computed_blocks(request)
+            hits[stack.name] = result
+            return result
+
+        self.each(lookup, f"get_computed_blocks({request.request_id})")
+        for stack in self.stacks:
+            blocks, n = hits[stack.name]
+            problems = inv.hit_lengths_agree_across_groups(
+                stack.manager, blocks.blocks, n, request.num_tokens - 1)
+            if problems:
+                self.fail(f"hit of {request.request_id} on {stack.name}: {problems}")
+        n = hits[self.stacks[0].name][1]
+        self.coverage["lookups"] += 1
+        self.coverage["hits"] += n > 0
+        num_new = min(request.num_tokens - n, self._chunk())
+        must_fit = self.rng.random() < 0.2
+        self.note(f"admit {request.request_id}: hit {n} tokens, allocate {num_new} "
+                  f"(full_sequence_must_fit={must_fit})")
+        ok = self._allocate(request, num_new, n, hits, must_fit)
+        if ok:
+            self.waiting.pop(0)
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = n + num_new
+            self._sample_if_caught_up(request, 0, 0)
+
+    def _allocate(self, request: SchedulerRequest, num_new: int, num_hit: int,
+                  hits: dict[str, Any] | None, must_fit: bool = False,
+                  lookahead: int | None = None) -> bool:
+        """``allocate_slots`` on every stack, with the §11.26/27 checks; success?"""
+        la = self._lookahead() if lookahead is None else lookahead
+        rid = request.request_id
+        before = []
+        for stack in self.stacks:
+            pool = stack.manager.block_pool
+            ids = list(range(1, pool.num_gpu_blocks))
+            before.append((pool.observe().ref_cnts(ids), pool.get_num_free_blocks(),
+                           [len(t) for t in stack.manager.get_block_ids(rid)]))
+
+        def allocate(stack: Stack) -> Any:
+            blocks = hits[stack.name][0] if hits else None
+            return stack.manager.allocate_slots(
+                request, num_new, num_hit, blocks, num_lookahead_tokens=la,
+                full_sequence_must_fit=must_fit)
+
+        outcome = self.each(allocate, f"allocate_slots({rid}, {num_new}, {num_hit})")[0]
+        total = min(request.num_computed_tokens + num_hit, self.config.max_model_len)
+        need = min(total + num_new + la, self.config.max_model_len)
+        for stack, (refs, free, lengths) in zip(self.stacks, before, strict=True):
+            m = stack.manager
+            if outcome == ("ok", None):
+                pool = m.block_pool
+                after = pool.observe().ref_cnts(list(range(1, pool.num_gpu_blocks)))
+                problems = inv.failed_allocation_touched_and_allocated_nothing(
+                    refs, after, free, pool.get_num_free_blocks())
+            elif outcome[0] == "ok":
+                problems = inv.each_group_counts_in_its_own_block_size(m, rid, need, lengths)
+            else:
+                problems = []
+            if problems:
+                self.fail(f"allocate_slots({rid}) on {stack.name}: {problems}")
+        ok = outcome[0] == "ok" and outcome[1] is not None
+        self.coverage["allocations" if ok else "allocation failures"] += 1
+        return ok
+
+    def _sample_if_caught_up(self, request: SchedulerRequest, drafts: int, accepted: int) -> None:
+        """After a step that computed every token, the model samples 1 + accepted tokens;
+        rejected drafts are uncomputed again."""
+        if request.num_computed_tokens < request.num_tokens:
+            return
+        request.num_computed_tokens -= drafts - accepted
+        request.append_output_token_ids(
+            [self.rng.randrange(2000, 3000) for _ in range(1 + accepted)])
+
+    def schedule_running_request(self) -> None:
+        """A prefill chunk or a decode step (with EAGLE drafts) for a running request; on
+        failure, preempt the most recently admitted request (vLLM's victim)."""
+        if not self.running:
+            return
+        request = self.rng.choice(self.running)
+        if request.num_tokens >= self.config.max_model_len - 8:
+            self._finish(request)
+            return
+        remaining = request.num_tokens - request.num_computed_tokens
+        drafts = 0
+        if remaining == 1 and self.config.num_lookahead_tokens:
+            drafts = self.rng.randint(0, self.config.num_lookahead_tokens)
+        num_new = min(remaining, self._chunk()) + drafts
+        self.note(f"schedule {request.request_id}: {num_new} tokens ({drafts} drafts) at "
+                  f"{request.num_computed_tokens}/{request.num_tokens}")
+        if self._allocate(request, num_new, 0, None):
+            request.num_computed_tokens += num_new
+            accepted = self.rng.randint(0, drafts)
+            self._sample_if_caught_up(request, drafts, accepted)
+        else:
+            self._preempt(self.running[-1])
+
+    def _free(self, request: SchedulerRequest, what: str) -> None:
+        self.each(lambda s: s.manager.free(request), f"free({request.request_id}) [{what}]")
+        self.running.remove(request)
+
+    def _finish(self, request: SchedulerRequest) -> None:
+        self.note(f"finish {request.request_id}")
+        self._free(request, "finish")
+        request.status = RequestStatus.FINISHED
+        self.finished = (self.finished + [request])[-8:]
+
+    def finish_request(self) -> None:
+        if self.running:
+            self._finish(self.rng.choice(self.running))
+
+    def _preempt(self, request: SchedulerRequest) -> None:
+        self.note(f"preempt {request.request_id}")
+        self._free(request, "preempt")
+        self.coverage["preemptions"] += 1
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.insert(0, request)
+
+    def preempt_request(self) -> None:
+        if self.running:
+            self._preempt(self.rng.choice(self.running))
+
+    def pop_blocks_then_free_later(self) -> None:
+        """A finished request whose blocks a KV transfer still reads: popped now, freed
+        (reversed) at the next step."""
+        if not self.running:
+            return
+        request = self.rng.choice(self.running)
+        self.note(f"pop blocks of {request.request_id} for a later free")
+
+        def pop(stack: Stack) -> Any:
+            blocks = stack.manager.pop_blocks_for_free(request)
+            stack.popped.append(blocks)
+            return blocks
+
+        self.each(pop, f"pop_blocks_for_free({request.request_id})")
+        self.running.remove(request)
+        request.status = RequestStatus.FINISHED
+        self.finished = (self.finished + [request])[-8:]
+
+    def start_new_step(self) -> None:
+        """Free popped tables, tell the managers a step starts, hand over the events."""
+        self.note("new step")
+        for stack in self.stacks:
+            for blocks in stack.popped:
+                stack.manager.block_pool.free_blocks(blocks[::-1])
+            stack.popped.clear()
+        self.each(lambda s: s.manager.new_step_starts(), "new_step_starts()")
+        self.each(lambda s: s.manager.take_events(), "take_events()")
+
+    def reset_prefix_cache(self) -> None:
+        self.note("reset prefix cache")
+        outcome = self.each(lambda s: s.manager.reset_prefix_cache(), "reset_prefix_cache()")
+        self.coverage["successful resets"] += outcome[0] == ("ok", True)
+
+    def drain_and_reset(self) -> None:
+        """Finish everything, then reset: the one way a reset succeeds mid-run."""
+        for request in list(self.running):
+            self._finish(request)
+        self.start_new_step()
+        self.reset_prefix_cache()
+
+    def evict_cached_blocks(self) -> None:
+        """A KV connector reports lost blocks: their cache identity goes."""
+        n = self.config.num_blocks
+        ids = sorted(self.rng.sample(range(1, n), k=min(3, n - 1)))
+        self.note(f"evict blocks {ids}")
+        self.each(lambda s: s.manager.evict_blocks(ids), f"evict_blocks({ids})")
+
+    def invalid_call_changes_nothing(self) -> None:
+        """A bad call raises the same typed error everywhere and changes nothing."""
+        rng = self.rng
+        choice = rng.randrange(3)
+        before = [(s.manager.block_pool.abstract(), inv.all_tables(s.manager, self.live_ids()))
+                  for s in self.stacks]
+        if choice == 0 and self.finished:
+            request = rng.choice(self.finished)
+            self.note(f"free {request.request_id} again (must raise)")
+            outcome = self.each(lambda s: s.manager.free(request), "second free")[0]
+        elif choice == 1 and self.running:
+            request = rng.choice(self.running)
+            self.note(f"allocate 0 tokens for {request.request_id} (must raise)")
+            outcome = self.each(lambda s: s.manager.allocate_slots(request, 0), "zero tokens")[0]
+        elif self.running:
+            request = rng.choice(self.running)
+            self.note(f"allocate for {request.request_id} with shrunk tokens (must raise)")
+            saved = request.num_computed_tokens
+            request.num_computed_tokens = -1
+            try:
+                outcome = self.each(lambda s: s.manager.allocate_slots(request, 1),
+                                    "shrunk")[0]
+            finally:
+                request.num_computed_tokens = saved
+        else:
+            return
+        self.coverage["rejected calls"] += 1
+        if outcome[0] != "error":
+            self.fail(f"invalid call was accepted: {outcome!r}")
+        for stack, (abstract, tables) in zip(self.stacks, before, strict=True):
+            if stack.manager.block_pool.abstract() != abstract or \
+                    inv.all_tables(stack.manager, self.live_ids()) != tables:
+                self.fail(f"rejected call changed {stack.name}")
+
+
+@dataclass
+class StackReport:
+    """What one configuration's run found."""
+
+    configuration: str
+    backends: tuple[str, ...]
+    seed: int
+    steps: int
+    divergences: int
+    elapsed_s: float
+    failure: str | None = None
+    coverage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.divergences == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(configuration=self.configuration, backends=list(self.backends),
+                    seed=self.seed, steps=self.steps, divergences=self.divergences,
+                    elapsed_s=round(self.elapsed_s, 3), failure=self.failure,
+                    coverage=self.coverage)
+
+
+def run_stack_check(configuration: str | StackConfiguration, backends: Sequence[str],
+                    steps: int, seed: int | None = None,
+                    extra: Sequence[Callable[[StackConfiguration],
+                                             tuple[str, KVCacheManager]]] = (),
+                    progress: Callable[[int], None] | None = None) -> StackReport:
+    """Run ``steps`` stack steps of one configuration; stop at the first divergence."""
+    config = CONFIGURATIONS[configuration] if isinstance(configuration, str) else configuration
+    if seed is None:
+        seed = random.randrange(2**32)
+    machine = StackMachine(config, backends, seed, extra)
+    start = time.perf_counter()
+    failure = None
+    log = logging.getLogger("kvpool")
+    level = log.level
+    log.setLevel(logging.ERROR)  # failed resets warn by design; thousands of lines otherwise
+    try:
+        machine.run(steps, progress)
+    except StackDivergence as error:
+        failure = str(error)
+    finally:
+        log.setLevel(level)
+    return StackReport(config.name, tuple(s.name for s in machine.stacks), seed,
+                       machine.steps, 0 if failure is None else 1,
+                       time.perf_counter() - start, failure, dict(machine.coverage))
+
+
+__all__ = ["Stack", "StackDivergence", "StackMachine", "StackReport", "run_stack_check"]
