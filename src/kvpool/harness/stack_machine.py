@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclasses_fields
 from typing import Any
 
 from kvpool.errors import KvPoolError
@@ -37,16 +38,56 @@ from kvpool.policy.request import RequestStatus, SchedulerRequest
 
 
 class StackDivergence(AssertionError):
-    """Two stacks disagreed, or a stack broke a manager invariant."""
+    """Two stacks disagreed, or a stack broke a manager invariant.
+
+    ``what`` names the call and ``outcomes`` holds (oracle's, other's) when two results
+    differed; both are ``None`` for a state or invariant failure."""
+
+    what: str | None = None
+    outcomes: tuple[Any, Any] | None = None
 
 
 @dataclass
 class Stack:
-    """One facade over one backend, plus the tables popped but not yet freed."""
+    """One facade over one backend, plus the tables popped but not yet freed.
+
+    ``native`` is true for kvpool's own facade; a foreign one (vLLM's, through
+    :mod:`kvpool.harness.vllm_stack`) gets no invariant predicates (they read kvpool's
+    managers) and is compared through :func:`pool_projection`.
+    """
 
     name: str
-    manager: KVCacheManager
+    manager: Any
     popped: list[list[int]] = field(default_factory=list)
+    native: bool = True
+
+
+def pool_projection(stack: Stack) -> Any:
+    """What a foreign pool and a kvpool pool can both show: ref counts (null block aside:
+    vLLM 0.25.1 counts on it), the free queue, each block's primary key, and the map."""
+    if not stack.native:
+        return stack.manager.pool_projection()
+    state = stack.manager.block_pool.abstract().state
+    return (state.ref_cnt[1:], tuple(state.free_queue), state.primary_key[1:],
+            {k: tuple(v) for k, v in state.cache.items()})
+
+
+def event_fields(event: Any) -> dict[str, Any]:
+    """An event as its type and fields, without kvpool's ``seq`` and without 0.33-only
+    fields left at their defaults (vLLM 0.25.1 has none of them)."""
+    fields = getattr(type(event), "__struct_fields__", None)
+    if fields is None:
+        fields = [f.name for f in dataclasses_fields(event)]
+    out = {"type": type(event).__name__}
+    for name in fields:
+        value = getattr(event, name)
+        if name == "seq" or name in _LATER_FIELDS and value is None:
+            continue
+        out[name] = value
+    return out
+
+
+_LATER_FIELDS = {"locality", "ownership", "session_id", "lookahead_token_ids"}
 
 
 Outcome = tuple[Any, ...]
@@ -69,13 +110,19 @@ class StackMachine:
 
     def __init__(self, configuration: StackConfiguration, backends: Sequence[str],
                  seed: int, extra: Sequence[Callable[[StackConfiguration],
-                                                     tuple[str, KVCacheManager]]] = ()) -> None:
+                                                     tuple[str, Any]]] = (),
+                 foreign: Callable[[StackConfiguration], Any] | None = None) -> None:
         self.config = configuration
         kwargs = configuration.manager_kwargs()
-        self.stacks = [Stack(b, KVCacheManager(**kwargs, backend=b)) for b in backends]
+        self.stacks = [] if foreign is None else [Stack("vllm", foreign(configuration),
+                                                        native=False)]
+        self.stacks += [Stack(b, KVCacheManager(**kwargs, backend=b)) for b in backends]
         for build in extra:
             name, manager = build(configuration)
             self.stacks.append(Stack(name, manager))
+        #: Comparing with a foreign facade: projections instead of abstracts, events
+        #: without sequence numbers, and no invalid calls (vLLM does not validate).
+        self.foreign = foreign is not None
         self.rng = random.Random(seed)
         self.seed = seed
         self.hasher = get_request_block_hasher(configuration.hash_block_size,
@@ -97,7 +144,8 @@ class StackMachine:
             (9.0, self.schedule_running_request), (1.2, self.finish_request),
             (0.6, self.preempt_request), (0.4, self.pop_blocks_then_free_later),
             (2.0, self.start_new_step), (0.3, self.reset_prefix_cache),
-            (0.05, self.drain_and_reset), (0.6, self.invalid_call_changes_nothing),
+            (0.05, self.drain_and_reset),
+            (0.0 if foreign else 0.6, self.invalid_call_changes_nothing),
             (0.15, self.evict_cached_blocks),
         ]
         self._weights = [w for w, _ in self.ops]
@@ -109,11 +157,14 @@ class StackMachine:
         if len(self.log) > 40:
             del self.log[:-40]
 
-    def fail(self, text: str) -> None:
+    def fail(self, text: str, what: str | None = None,
+             outcomes: tuple[Any, Any] | None = None) -> None:
         tail = "\n  ".join(self.log[-15:])
-        raise StackDivergence(
+        error = StackDivergence(
             f"configuration {self.config.name!r}, seed {self.seed}, step {self.steps}: {text}"
             f"\nlast operations:\n  {tail}")
+        error.what, error.outcomes = what, outcomes
+        raise error
 
     def each(self, call: Callable[[Stack], Any], what: str) -> list[Outcome]:
         """Apply ``call`` to every stack; fail unless all outcomes equal the oracle's."""
@@ -127,8 +178,9 @@ class StackMachine:
                 outcomes.append(("crash", f"{type(error).__name__}: {error}"))
         for stack, outcome in zip(self.stacks[1:], outcomes[1:], strict=True):
             if outcome != outcomes[0]:
-                self.fail(f"{what}: {self.stacks[0].name} gave {outcomes[0]!r}, "
-                          f"{stack.name} gave {outcome!r}")
+                difference = _outcome_difference(self.stacks[0].name, outcomes[0],
+                                                 stack.name, outcome)
+                self.fail(f"{what}: {difference}", what, (outcomes[0], outcome))
         if outcomes[0][0] == "crash":
             self.fail(f"{what}: untyped exception {outcomes[0][1]}")
         return outcomes
@@ -137,11 +189,11 @@ class StackMachine:
         return [r.request_id for r in self.running]
 
     def compare_and_check(self) -> None:
-        """Tables, pool abstracts and every predicate, after a step."""
+        """Tables, pool states and every predicate, after a step."""
         ids = self.live_ids()
         oracle = self.stacks[0]
         tables0 = inv.all_tables(oracle.manager, ids)
-        abstract0 = oracle.manager.block_pool.abstract()
+        view0 = self._pool_view(oracle)
         for i, stack in enumerate(self.stacks):
             m = stack.manager
             tables = tables0 if i == 0 else inv.all_tables(m, ids)
@@ -151,11 +203,12 @@ class StackMachine:
                     self.fail(f"block tables differ on {stack.name} at {diff[:3]}: "
                               f"{[tables0[k] for k in diff[:3]]} vs "
                               f"{[tables.get(k) for k in diff[:3]]}")
-                abstract = m.block_pool.abstract()
-                if abstract.state != abstract0.state:
-                    self.fail(f"pool state differs on {stack.name}")
-                if abstract.pending_events != abstract0.pending_events:
-                    self.fail(f"pending events differ on {stack.name}")
+                view = self._pool_view(stack)
+                if view != view0:
+                    self.fail(f"pool state differs on {stack.name}: "
+                              f"{_first_difference(view0, view)}")
+            if not stack.native:
+                continue
             problems = (
                 inv.every_reference_is_counted_once(m, ids, stack.popped)
                 + inv.no_block_twice_in_a_table(m, ids)
@@ -166,6 +219,12 @@ class StackMachine:
             if problems:
                 self.fail(f"invariant broken on {stack.name}: {problems[:3]}")
             self.tables[i] = tables
+
+    def _pool_view(self, stack: Stack) -> Any:
+        if self.foreign:
+            return pool_projection(stack)
+        abstract = stack.manager.block_pool.abstract()
+        return abstract.state, abstract.pending_events
 
     def step(self) -> None:
         """One weighted random scheduler operation, then the comparison."""
@@ -218,6 +277,8 @@ class StackMachine:
 
         self.each(lookup, f"get_computed_blocks({request.request_id})")
         for stack in self.stacks:
+            if not stack.native:
+                continue
             blocks, n = hits[stack.name]
             problems = inv.hit_lengths_agree_across_groups(
                 stack.manager, blocks.blocks, n, request.num_tokens - 1)
@@ -246,6 +307,9 @@ class StackMachine:
         rid = request.request_id
         before = []
         for stack in self.stacks:
+            if not stack.native:
+                before.append(None)
+                continue
             pool = stack.manager.block_pool
             ids = list(range(1, pool.num_gpu_blocks))
             before.append((pool.observe().ref_cnts(ids), pool.get_num_free_blocks(),
@@ -260,7 +324,10 @@ class StackMachine:
         outcome = self.each(allocate, f"allocate_slots({rid}, {num_new}, {num_hit})")[0]
         total = min(request.num_computed_tokens + num_hit, self.config.max_model_len)
         need = min(total + num_new + la, self.config.max_model_len)
-        for stack, (refs, free, lengths) in zip(self.stacks, before, strict=True):
+        for stack, seen in zip(self.stacks, before, strict=True):
+            if seen is None:
+                continue
+            refs, free, lengths = seen
             m = stack.manager
             if outcome == ("ok", None):
                 pool = m.block_pool
@@ -362,7 +429,11 @@ class StackMachine:
                 stack.manager.block_pool.free_blocks(blocks[::-1])
             stack.popped.clear()
         self.each(lambda s: s.manager.new_step_starts(), "new_step_starts()")
-        self.each(lambda s: s.manager.take_events(), "take_events()")
+        if self.foreign:
+            self.each(lambda s: [event_fields(e) for e in s.manager.take_events()],
+                      "take_events()")
+        else:
+            self.each(lambda s: s.manager.take_events(), "take_events()")
 
     def reset_prefix_cache(self) -> None:
         self.note("reset prefix cache")
@@ -418,6 +489,29 @@ class StackMachine:
                 self.fail(f"rejected call changed {stack.name}")
 
 
+def _outcome_difference(name0: str, a: Outcome, name1: str, b: Outcome) -> str:
+    """Two outcomes, or for two lists their first differing element."""
+    if a[0] == b[0] == "ok" and isinstance(a[1], list) and isinstance(b[1], list):
+        for i, (x, y) in enumerate(zip(a[1], b[1], strict=False)):
+            if x != y:
+                return f"item {i} differs: {name0} {x!r}, {name1} {y!r}"
+        return f"{name0} gave {len(a[1])} items, {name1} {len(b[1])}"
+    return f"{name0} gave {a!r}, {name1} gave {b!r}"
+
+
+def _first_difference(a: Any, b: Any) -> str:
+    """Where two pool views first differ (for the failure message)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            if isinstance(x, tuple) and isinstance(y, tuple):
+                for j, (u, v) in enumerate(zip(x, y, strict=False)):
+                    if u != v:
+                        return f"part {i}, index {j}: {u!r} vs {v!r}"
+                return f"part {i}: lengths {len(x)} vs {len(y)}"
+            return f"part {i} differs"
+    return "lengths differ"
+
+
 @dataclass
 class StackReport:
     """What one configuration's run found."""
@@ -430,6 +524,7 @@ class StackReport:
     elapsed_s: float
     failure: str | None = None
     coverage: dict[str, int] = field(default_factory=dict)
+    error: StackDivergence | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -444,28 +539,41 @@ class StackReport:
 
 def run_stack_check(configuration: str | StackConfiguration, backends: Sequence[str],
                     steps: int, seed: int | None = None,
-                    extra: Sequence[Callable[[StackConfiguration],
-                                             tuple[str, KVCacheManager]]] = (),
-                    progress: Callable[[int], None] | None = None) -> StackReport:
-    """Run ``steps`` stack steps of one configuration; stop at the first divergence."""
+                    extra: Sequence[Callable[[StackConfiguration], tuple[str, Any]]] = (),
+                    progress: Callable[[int], None] | None = None,
+                    foreign: Callable[[StackConfiguration], Any] | None = None) -> StackReport:
+    """Run ``steps`` stack steps of one configuration; stop at the first divergence.
+
+    ``foreign`` builds a non-kvpool facade (vLLM's) that becomes the oracle."""
     config = CONFIGURATIONS[configuration] if isinstance(configuration, str) else configuration
     if seed is None:
         seed = random.randrange(2**32)
-    machine = StackMachine(config, backends, seed, extra)
+    machine = StackMachine(config, backends, seed, extra, foreign)
     start = time.perf_counter()
     failure = None
+    error: StackDivergence | None = None
     log = logging.getLogger("kvpool")
     level = log.level
     log.setLevel(logging.ERROR)  # failed resets warn by design; thousands of lines otherwise
     try:
         machine.run(steps, progress)
-    except StackDivergence as error:
-        failure = str(error)
+    except StackDivergence as found:
+        failure, error = str(found), found
     finally:
         log.setLevel(level)
-    return StackReport(config.name, tuple(s.name for s in machine.stacks), seed,
-                       machine.steps, 0 if failure is None else 1,
-                       time.perf_counter() - start, failure, dict(machine.coverage))
+    report = StackReport(config.name, tuple(s.name for s in machine.stacks), seed,
+                         machine.steps, 0 if failure is None else 1,
+                         time.perf_counter() - start, failure, dict(machine.coverage))
+    report.error = error
+    return report
 
 
-__all__ = ["Stack", "StackDivergence", "StackMachine", "StackReport", "run_stack_check"]
+__all__ = [
+    "Stack",
+    "StackDivergence",
+    "StackMachine",
+    "StackReport",
+    "event_fields",
+    "pool_projection",
+    "run_stack_check",
+]
