@@ -62,7 +62,8 @@ CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
     StackConfiguration("full-eagle", (_g(FULL),), use_eagle=True, num_lookahead_tokens=2),
     StackConfiguration(
         "full+swa",
-        (_g(FULL), _g(SlidingWindowSpec(block_size=32, sliding_window=40))),
+        (_g(FullAttentionSpec(block_size=32)),
+         _g(SlidingWindowSpec(block_size=16, sliding_window=40))),
         num_blocks=64, scheduler_block_size=32),
     StackConfiguration(
         "full+mamba",

@@ -246,11 +246,18 @@ class StackMachine:
         if len(self.waiting) + len(self.running) >= 10:
             return
         rng = self.rng
-        family = rng.choice(self.families)
-        prompt = family[: rng.randint(0, len(family))]
-        prompt += [rng.randrange(1000, 2000) for _ in range(rng.randint(1, 80))]
-        prompt = prompt[: self.config.max_model_len - 48]
-        salt = rng.choice(["tenant-a", "tenant-b"]) if rng.random() < 0.15 else None
+        recent = self.finished + self.running
+        if recent and rng.random() < 0.1:  # a retried prompt: fully cached, if it survived
+            twin = rng.choice(recent)
+            prompt, salt = list(twin.prompt_token_ids), twin.cache_salt
+        else:
+            family = rng.choice(self.families)
+            prompt = family[: rng.randint(0, len(family))]
+            prompt += [rng.randrange(1000, 2000) for _ in range(rng.randint(1, 80))]
+            prompt = prompt[: self.config.max_model_len - 48]
+            if rng.random() < 0.3 and len(prompt) >= 32:  # block-aligned prompt lengths
+                prompt = prompt[: len(prompt) // 32 * 32]
+            salt = rng.choice(["tenant-a", "tenant-b"]) if rng.random() < 0.15 else None
         rid = f"r{self.next_id}"
         self.next_id += 1
         request = SchedulerRequest(rid, prompt, cache_salt=salt, block_hasher=self.hasher)
