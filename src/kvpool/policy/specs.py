@@ -140,8 +140,10 @@ class CrossAttentionSpec(AttentionSpec):
 class MambaSpec(KVCacheSpec):
     """A state-space layer: only the newest state matters.
 
-    ``mamba_cache_mode`` is ``"none"`` (one state block, plus speculative ones) or
-    ``"align"`` (states checkpointed at block boundaries so they can be prefix-cached).
+    ``mamba_cache_mode`` is ``"none"`` (one state block, plus speculative ones),
+    ``"align"`` (states checkpointed at block boundaries so they can be prefix-cached) or
+    ``"all"`` (every state kept; for the managers of vLLM 0.25.1 it sizes like ``"none"``).
+    ``state_tag`` only distinguishes otherwise equal specs (vLLM: shapes and dtypes).
     """
 
     mamba_cache_mode: str = "none"
@@ -150,9 +152,9 @@ class MambaSpec(KVCacheSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.mamba_cache_mode not in ("none", "align"):
+        if self.mamba_cache_mode not in ("none", "align", "all"):
             raise InvalidConfig(
-                f"MambaSpec.mamba_cache_mode must be 'none' or 'align', got "
+                f"MambaSpec.mamba_cache_mode must be 'none', 'align' or 'all', got "
                 f"{self.mamba_cache_mode!r}"
             )
         n = self.num_speculative_blocks
