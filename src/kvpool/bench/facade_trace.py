@@ -5,12 +5,14 @@ the same small scheduler over the same trace (the vLLM kit's ``gen_trace.make_tr
 FCFS admission (``get_computed_blocks`` then ``allocate_slots`` for the whole prompt) while
 fewer than ``max_running`` run, then one decode token per running request
 (``allocate_slots(request, 1)``), ``free`` when done; a request whose decode step does not
-fit is preempted (freed, back to the front of the queue). Only facade calls are timed — ``perf_counter`` (wall) and
-``thread_time`` (CPU) summed around each — so hashing and scheduling cost nothing: both
-request types read the same precomputed block hashes. Rounds are interleaved (round-major,
-facade-minor) and figures are medians; each kvpool figure comes with its ratio to vLLM
-measured in the same run (``vllm_s / kvpool_s``, "times faster"). The replays' decisions
-(blocks allocated, hit tokens, preemptions) must be identical, or the run fails.
+fit is preempted (freed, back to the front of the queue).
+
+Only facade calls are timed — ``perf_counter`` (wall) and ``thread_time`` (CPU) summed
+around each — so hashing and scheduling cost nothing: both request types read the same
+precomputed block hashes. Rounds are interleaved (round-major, facade-minor) and figures
+are medians; each kvpool figure comes with its ratio to vLLM measured in the same run
+(``vllm_s / kvpool_s``, "times faster"). The replays' decisions (blocks allocated, hit
+tokens, preemptions) must be identical, or the run fails.
 
 Models: ``full`` — one full-attention group (bs 16); ``full+swa`` — full attention plus a
 sliding-window group (bs 16, window 512): the hybrid coordinator's fixed point.
