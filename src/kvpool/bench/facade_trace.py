@@ -138,6 +138,8 @@ def replay(manager: Any, make_request: Callable[..., Any],
             cpu += tt() - c
             calls += 2
             if new is None:
+                if not running:
+                    raise ValueError(f"request {i} can never fit {manager!r}")
                 break
             waiting.pop()
             allocated += sum(len(g) for g in new.blocks)
@@ -192,17 +194,19 @@ def run(models: tuple[str, ...] = MODELS, backends: tuple[str, ...] = ("referenc
     max_model_len = max(len(p) + len(d) for p, d in trace) + BLOCK
     facades: list[tuple[str, Callable[[str], Any], Callable[..., Any]]] = []
     if with_vllm:
-        facades.append(("vllm", lambda m: vllm_facade(m, num_blocks, max_model_len),
+        facades.append(("vllm", lambda m, n=num_blocks: vllm_facade(m, n, max_model_len),
                         _vllm_request))
     for b in backends:
-        facades.append((b, lambda m, b=b: kvpool_facade(b, m, num_blocks, max_model_len),
+        facades.append((b, lambda m, n=num_blocks, b=b: kvpool_facade(b, m, n, max_model_len),
                         _kvpool_request))
     result: dict[str, Any] = {"requests": num_requests, "num_blocks": num_blocks,
                               "repeat": repeat, "models": {}}
     for model in models:
-        # Warm-up on a short prefix of the trace (Numba compiles here), not timed.
+        # Warm-up, not timed: a short prefix of the trace on a small pool, so that eviction
+        # and preemption paths run too (Numba compiles every kernel they use here).
+        warm_blocks = 2 * (max_model_len // BLOCK + 2)
         for _name, build, make in facades:
-            replay(build(model), make, trace[:8], hashes[:8])
+            replay(build(model, warm_blocks), make, trace[:24], hashes[:24])
         samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in facades}
         for r in range(repeat):
             for name, build, make in facades:

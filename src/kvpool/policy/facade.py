@@ -256,7 +256,12 @@ class KVCacheManager:
                 raise InvalidArgument(
                     f"request {rid!r} shrank: {request.num_tokens} tokens / {computed} "
                     f"computed after {seen[0]} / {seen[1]} at its last allocation")
-        hits = self.empty_kv_cache_blocks if new_computed_blocks is None else new_computed_blocks
+        if new_computed_blocks is None or new_computed_blocks is self.empty_kv_cache_blocks:
+            if new_computed:
+                raise InvalidArgument(
+                    f"num_new_computed_tokens={new_computed} but no hit blocks were given")
+            return self.empty_kv_cache_blocks  # the common case: nothing more to check
+        hits = new_computed_blocks
         if not isinstance(hits, KVCacheBlocks) or len(hits.blocks) != self.num_kv_cache_groups:
             raise InvalidArgument(
                 f"new_computed_blocks must be a KVCacheBlocks with {self.num_kv_cache_groups} "
@@ -264,8 +269,8 @@ class KVCacheManager:
         running = seen is not None or self.coordinator.is_tracked(rid)
         if running and (new_computed or any(hits.blocks)):
             raise InvalidArgument(f"request {rid!r} is running; it takes no new prefix hits")
-        if hits is not self.empty_kv_cache_blocks and not running and any(
-                rid in m.req_to_blocks for m in self.coordinator.single_type_managers):
+        if not running and any(rid in m.req_to_blocks
+                               for m in self.coordinator.single_type_managers):
             raise InvalidArgument(f"request {rid!r} holds blocks; it takes no prefix hits")
         n = self.block_pool.num_gpu_blocks
         managers = self.coordinator.single_type_managers
@@ -281,7 +286,8 @@ class KVCacheManager:
                     f"group {g}: {len(blocks)} hit blocks of {manager.block_size} tokens do "
                     f"not cover num_new_computed_tokens={new_computed}")
             for b in blocks:
-                if isinstance(b, bool) or not isinstance(b, numbers.Integral) or \
+                if type(b) is not int and (isinstance(b, bool) or
+                                           not isinstance(b, numbers.Integral)) or \
                         not 0 <= b < n:
                     raise InvalidArgument(f"group {g}: hit block {b!r} is not a block id")
         if new_computed and not any(hits.blocks):
