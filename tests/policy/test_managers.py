@@ -217,3 +217,18 @@ def test_managers_hold_no_backend_objects() -> None:
     assert isinstance(mgr, FullAttentionManager)
     run_prefill(m, request("a", tokens(40)))
     assert all(type(b) is int for b in mgr.req_to_blocks["a"])
+
+
+def test_mamba_align_sizing_counts_the_external_block_so_nothing_fails_half_way() -> None:
+    """vLLM 0.25.1 counts 1 Mamba block here, takes 2, and raises after allocating (§12)."""
+    m = manager(FULL, MambaSpec(block_size=32, mamba_cache_mode="align"), num_blocks=6)
+    a = request("a", tokens(52))  # full: 4 blocks; Mamba: 1 external + 1 state = 6 > 5
+    before = m.block_pool.abstract()
+    assert m.allocate_slots(a, 33, num_external_computed_tokens=19) is None
+    assert m.block_pool.abstract() == before
+    m2 = manager(FULL, MambaSpec(block_size=32, mamba_cache_mode="align"), num_blocks=7)
+    out = m2.allocate_slots(request("a", tokens(52)), 33, num_external_computed_tokens=19)
+    # Only allocate_new_blocks' blocks are returned; the external ones are in the tables.
+    assert [len(g) for g in out.get_block_ids()] == [2, 1]
+    assert [len(t) for t in m2.get_block_ids("a")] == [4, 2]
+    assert m2.block_pool.get_num_free_blocks() == 0

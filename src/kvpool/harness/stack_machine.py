@@ -294,21 +294,33 @@ class StackMachine:
         n = hits[self.stacks[0].name][1]
         self.coverage["lookups"] += 1
         self.coverage["hits"] += n > 0
-        num_new = min(request.num_tokens - n, self._chunk())
-        must_fit = self.rng.random() < 0.2
+        rng = self.rng
+        # A KV connector sometimes holds more of the prompt (external tokens).
+        external = 0
+        if rng.random() < 0.1 and request.num_tokens - n > 2:
+            external = rng.randint(1, min(48, request.num_tokens - n - 1))
+        num_new = min(request.num_tokens - n - external, self._chunk())
+        must_fit = rng.random() < 0.2
+        options = dict(
+            num_external_computed_tokens=external,
+            delay_cache_blocks=rng.random() < 0.05,
+            reserved_blocks=rng.randint(1, 3) if rng.random() < 0.1 else 0,
+            has_scheduled_reqs=rng.random() < 0.9,
+        )
         self.note(f"admit {request.request_id}: hit {n} tokens, allocate {num_new} "
-                  f"(full_sequence_must_fit={must_fit})")
-        ok = self._allocate(request, num_new, n, hits, must_fit)
+                  f"(full_sequence_must_fit={must_fit}, {options})")
+        ok = self._allocate(request, num_new, n, hits, must_fit, **options)
         if ok:
+            self.coverage["external tokens"] += external > 0
             self.waiting.pop(0)
             self.running.append(request)
             request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = n + num_new
+            request.num_computed_tokens = n + external + num_new
             self._sample_if_caught_up(request, 0, 0)
 
     def _allocate(self, request: SchedulerRequest, num_new: int, num_hit: int,
                   hits: dict[str, Any] | None, must_fit: bool = False,
-                  lookahead: int | None = None) -> bool:
+                  lookahead: int | None = None, **options: Any) -> bool:
         """``allocate_slots`` on every stack, with the §11.26/27 checks; success?"""
         la = self._lookahead() if lookahead is None else lookahead
         rid = request.request_id
@@ -326,10 +338,12 @@ class StackMachine:
             blocks = hits[stack.name][0] if hits else None
             return stack.manager.allocate_slots(
                 request, num_new, num_hit, blocks, num_lookahead_tokens=la,
-                full_sequence_must_fit=must_fit)
+                full_sequence_must_fit=must_fit, **options)
 
         outcome = self.each(allocate, f"allocate_slots({rid}, {num_new}, {num_hit})")[0]
-        total = min(request.num_computed_tokens + num_hit, self.config.max_model_len)
+        external = int(options.get("num_external_computed_tokens", 0))
+        total = min(request.num_computed_tokens + num_hit + external,
+                    self.config.max_model_len)
         need = min(total + num_new + la, self.config.max_model_len)
         for stack, seen in zip(self.stacks, before, strict=True):
             if seen is None:
@@ -347,7 +361,10 @@ class StackMachine:
                 problems = []
             if problems:
                 self.fail(f"allocate_slots({rid}) on {stack.name}: {problems}")
-        ok = outcome[0] == "ok" and outcome[1] is not None
+        if outcome[0] != "ok":
+            self.fail(f"a valid allocate_slots({rid}) raised {outcome[1]}", "allocate_slots",
+                      (outcome, outcome))
+        ok = outcome[1] is not None
         self.coverage["allocations" if ok else "allocation failures"] += 1
         return ok
 

@@ -126,13 +126,14 @@ class VllmFacade:
                        num_new_computed_tokens: int = 0,
                        new_computed_blocks: KVCacheBlocks | None = None,
                        num_lookahead_tokens: int = 0,
-                       full_sequence_must_fit: bool = False) -> KVCacheBlocks | None:
+                       full_sequence_must_fit: bool = False,
+                       **options: Any) -> KVCacheBlocks | None:
         hits = self._hits.pop(request.request_id, None) if new_computed_blocks is not None \
             else None
         out = self.manager.allocate_slots(
             self._twin(request), num_new_tokens, num_new_computed_tokens, hits,
             num_lookahead_tokens=num_lookahead_tokens,
-            full_sequence_must_fit=full_sequence_must_fit)
+            full_sequence_must_fit=full_sequence_must_fit, **options)
         return None if out is None else self._ids(out)
 
     def free(self, request: Any) -> None:

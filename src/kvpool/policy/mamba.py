@@ -138,13 +138,37 @@ class MambaManager(SingleTypeKVCacheManager):
                 request_id, num_tokens, new_computed_blocks, total_computed_tokens,
                 num_tokens_main_model, apply_admission_cap)
         required = cdiv(num_tokens_main_model, self.block_size) + self.num_speculative_blocks
-        new = required - len(new_computed_blocks) - len(self.req_to_blocks.get(request_id, ()))
+        held = len(self.req_to_blocks.get(request_id, ()))
+        hit_tokens = len(new_computed_blocks) * self.block_size
+        if not held and request_id not in self.num_cached_block and \
+                total_computed_tokens > hit_tokens:
+            return self._blocks_with_external_tokens(
+                required, new_computed_blocks, total_computed_tokens)
+        new = required - len(new_computed_blocks) - held
         if new > 0:
             new = 1 if request_id in self._allocated_block_reqs \
                 else 1 + self.num_speculative_blocks
         # A non-positive ``new`` is not clamped (vLLM 0.25.1 and 0.33 alike): it can lower
         # the coordinator's sum. Reproduced for parity.
         return new + num_evictable(self.block_pool, new_computed_blocks)
+
+    def _blocks_with_external_tokens(self, required: int, hits: Sequence[int],
+                                     total_computed: int) -> int:
+        """Align-mode sizing of a new request with KV-connector tokens: what
+        ``allocate_external_computed_blocks`` and then ``allocate_new_blocks`` will take.
+
+        vLLM 0.25.1 counts only ``1 + num_speculative_blocks`` here and misses the external
+        block, so its allocation can fail half-way (``ValueError`` after blocks were taken).
+        kvpool sizes both phases, so a short pool answers "does not fit" instead (§12)."""
+        bs = self.block_size
+        skipped = max(0, self.get_num_skipped_tokens(total_computed)) // bs
+        table = max(skipped, len(hits))  # after add_local_computed_blocks
+        external = max(0, cdiv(total_computed, bs) - table)
+        table += external
+        new = 0
+        if required > table:
+            new = required - max(table, required - self.num_speculative_blocks - 1)
+        return external + new + num_evictable(self.block_pool, hits[skipped:])
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
                             num_tokens_main_model: int) -> list[int]:
