@@ -34,6 +34,10 @@ EXPLANATIONS = {
         "BEHAVIOUR.md §0/§9 step 3: kvpool has vLLM 0.33's fix — every full-attention spec "
         "group is cut to the hit; 0.25.1 cut only the first, leaving a second "
         "full-attention group with extra (possibly shared) blocks",
+    "mamba-align-external-tokens-sized":
+        "BEHAVIOUR.md §12 (kvpool addition, docs/policy.md): Mamba align sizing with "
+        "KV-connector tokens — vLLM 0.25.1 counts 1 + num_speculative_blocks, takes one more "
+        "and raises ValueError after allocating; kvpool sizes both phases and answers None",
     "eagle-mamba-hit-capped-by-full-attention":
         "BEHAVIOUR.md §9/§12 (full attention + Mamba with EAGLE): vLLM 0.25.1 reports a hit "
         "longer than the full-attention group's blocks and later caches never-computed "
@@ -43,15 +47,22 @@ EXPLANATIONS = {
 
 def classify(error: StackDivergence | None, config_name: str) -> str | None:
     """The :data:`EXPLANATIONS` key of a divergence, or ``None`` if it is unexplained."""
-    if error is None or error.outcomes is None or not (error.what or "").startswith(
-            "get_computed_blocks"):
+    if error is None or error.outcomes is None:
         return None
+    config = CONFIGURATIONS[config_name]
+    what = error.what or ""
     (kind_v, hit_v), (kind_k, hit_k) = error.outcomes
+    if what.startswith("allocate_slots") and kind_v == "crash" and \
+            "Cannot get" in str(hit_v) and (kind_k, hit_k) == ("ok", None) and \
+            any(getattr(g.kv_cache_spec, "mamba_cache_mode", "") == "align"
+                for g in config.groups):
+        return "mamba-align-external-tokens-sized"
+    if not what.startswith("get_computed_blocks"):
+        return None
     if kind_v != "ok" or kind_k != "ok":
         return None
     _, vblocks, vlen = hit_v
     _, kblocks, klen = hit_k
-    config = CONFIGURATIONS[config_name]
     sizes = [g.kv_cache_spec.block_size for g in config.groups]
     full = [g.kv_cache_spec.__class__.__name__ == "FullAttentionSpec" for g in config.groups]
     # 0.33 truncation fix: same hit, kvpool's full-attention lists are vLLM's cut to it.
