@@ -21,14 +21,15 @@ pytestmark = pytest.mark.skipif(not PYTHON, reason="set KVPOOL_VLLM_PYTHON to a 
 
 def test_kvpool_facade_conforms_to_vllms_kv_cache_manager() -> None:
     assert PYTHON is not None
-    kit = Path(PYTHON).resolve().parent.parent.parent
+    kit = Path(PYTHON).absolute().parent.parent.parent  # <kit>/venv/bin/python; no resolve:
+    # a venv's python is a symlink to the base interpreter
     deps = os.environ.get("KVPOOL_VLLM_DEPS", str(kit / "kvpool-deps"))
     src = Path(__file__).resolve().parents[2] / "src"
     env = dict(os.environ, PYTHONPATH=f"{src}:{deps}", VLLM_LOGGING_LEVEL="ERROR")
     steps = os.environ.get("KVPOOL_VLLM_STEPS", "2000")
     out = subprocess.run([PYTHON, "-m", "kvpool.harness.conformance", "--steps", steps,
                           "--json"], capture_output=True, text=True, env=env, timeout=3600)
-    assert out.returncode in (0, 1), out.stderr[-2000:]
+    assert out.returncode in (0, 1) and out.stdout.strip(), out.stderr[-2000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     assert all(r["steps_compared"] >= int(steps) for r in results)
     unexplained = [u for r in results for u in r["unexplained"]]
