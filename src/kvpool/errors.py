@@ -128,3 +128,11 @@ __all__ = [
     "ReentrantCall",
     "WatcherError",
 ]
+
+
+class UnknownRequest(KvPoolError, ValueError):
+    """The KV cache manager holds nothing for this request (never allocated, or already
+    freed); vLLM silently does nothing."""
+
+
+__all__ += ["UnknownRequest"]

@@ -3,7 +3,9 @@
 Blocks are named by integer id (``0 … num_gpu_blocks-1``; 0 is the null block). Batches are
 any iterable of ids, including numpy integer arrays; blocks of another pool travel as
 :class:`~kvpool.shell.BlockRef`. The policy layer (managers, coordinators) depends on this
-protocol only. :meth:`abstract` is the observer two backends are compared with.
+protocol only. :meth:`abstract` is the observer two backends are compared with;
+:meth:`observe` answers the few per-block questions policy and batch checks ask (vLLM's
+managers read them off block objects) without reaching into a backend.
 """
 
 from __future__ import annotations
@@ -12,6 +14,23 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from kvpool.events import KVCacheEvent
+
+
+class BlockObserver(Protocol):
+    """Read-only facts about a pool's blocks, as of the moment of the read (never the null
+    block). Each fact is O(1) per block on every backend."""
+
+    def ref_cnts(self, block_ids: list[int]) -> list[int]:
+        """The ref count of each block."""
+        ...
+
+    def key_tokens(self, block_id: int) -> int | None:
+        """Tokens covered by the block's primary key, ``None`` without a key."""
+        ...
+
+    def queue_front(self, n: int) -> list[int]:
+        """The first ``n`` blocks of the free queue (the next ``get_new_blocks(n)``)."""
+        ...
 
 
 @runtime_checkable
@@ -60,6 +79,7 @@ class BlockPool(Protocol):
     def get_usage(self) -> float: ...
     def take_events(self) -> list[KVCacheEvent]: ...
     def abstract(self) -> Any: ...
+    def observe(self) -> BlockObserver: ...
 
 
 class MetricsCollector(Protocol):

@@ -695,9 +695,32 @@ class PoolShell:
         """Everything observable, as a comparable value: equal ⇔ the pools agree."""
         return PoolAbstract(self._core_state(), self._events.pending())
 
+    def observe(self) -> StateObserver:
+        """Per-block facts (:class:`kvpool.protocol.BlockObserver`). This default reads the
+        core's spec state (O(N) to build); backends override it with an O(1) reader."""
+        return StateObserver(self._core_state())
+
     def watched_blocks(self) -> tuple[int, ...]:
         """Blocks with a pending reuse watcher, in watcher-table order."""
         return tuple(self._callbacks)
+
+
+class StateObserver:
+    """Per-block facts read from a spec :class:`PoolState` (the spec pool's own state, or a
+    backend's projection of its bookkeeping)."""
+
+    def __init__(self, state: PoolState) -> None:
+        self.state = state
+
+    def ref_cnts(self, block_ids: list[int]) -> list[int]:
+        ref = self.state.ref_cnt
+        return [ref[b] for b in block_ids]
+
+    def key_tokens(self, block_id: int) -> int | None:
+        return self.state.primary_tokens[block_id]
+
+    def queue_front(self, n: int) -> list[int]:
+        return list(self.state.free_queue[:n])
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-shrink", action="store_true",
                         help="report the first failure as found, without minimising it")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--layer", choices=("pool", "stack"), default="pool",
+                        help="pool: the block pool verbs (default); stack: the whole KV cache "
+                        "manager stack, per model configuration (kvpool.cli.check_stack)")
+    parser.add_argument("--configuration", action="append", metavar="NAME",
+                        help="--layer stack: a model configuration (repeatable; default all)")
     parser.add_argument("--planted", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--list-planted", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
@@ -62,6 +67,10 @@ def _progress_bar(stream: TextIO):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.layer == "stack":
+        from kvpool.cli.check_stack import run_stack
+
+        return run_stack(args)
     from kvpool.harness import run_check
     from kvpool.harness.planted import PLANTED
 

@@ -28,6 +28,7 @@ from kvpool.keys import pack_key
 from kvpool.reference.block import KVCacheBlock
 from kvpool.reference.free_queue import FreeKVCacheBlockQueue
 from kvpool.reference.hash_map import BlockHashToBlockMap
+from kvpool.reference.observer import ReferenceObserver
 from kvpool.reference.preconditions import StateView, unqueued_free_block
 from kvpool.shell import PoolConfig, PoolShell
 from kvpool.spec import preconditions as pre
@@ -105,6 +106,10 @@ class ReferenceBlockPool(PoolShell):
         self._null_block.is_null = True
         # The spec's preconditions, reading this object graph (one source of truth, §12).
         self.state_view = StateView(self)
+
+    def observe(self) -> ReferenceObserver:
+        """Per-block facts off the block objects (:class:`kvpool.protocol.BlockObserver`)."""
+        return ReferenceObserver(self)
 
     # -- keys and events (vLLM's private helpers) ---------------------------------------------
 

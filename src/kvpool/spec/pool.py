@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvpool.errors import KvPoolError
-from kvpool.shell import PoolConfig, PoolShell
+from kvpool.shell import PoolConfig, PoolShell, StateObserver
 from kvpool.spec import ops
 from kvpool.spec import preconditions as pre
 from kvpool.spec.records import EventRecord
@@ -31,6 +31,10 @@ class SpecPool(PoolShell):
             hash_block_size=config.hash_block_size,
             enable_events=config.enable_kv_cache_events,
         )
+
+    def observe(self) -> StateObserver:
+        """Per-block facts from the live state (O(1) to build)."""
+        return StateObserver(self.state)
 
     def _apply(self, outcome: ops.Outcome) -> ops.Outcome:
         self.state = outcome.state

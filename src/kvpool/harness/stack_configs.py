@@ -1,0 +1,95 @@
+"""The model configurations the whole-stack machine drives (issue 10 §5).
+
+Each is small on purpose — a few dozen blocks — so that memory pressure, eviction of cached
+prefixes, allocation failure and preemption happen within a few hundred steps. Block sizes
+differ between groups where vLLM allows it (the hybrid coordinator then aligns hits to the
+LCM, the scheduler block size), because that is where alignment bugs live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvpool.policy.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    MambaSpec,
+    SlidingWindowSpec,
+)
+
+
+@dataclass(frozen=True)
+class StackConfiguration:
+    """One model + manager configuration: everything ``KVCacheManager`` is built with."""
+
+    name: str
+    groups: tuple[KVCacheGroupSpec, ...]
+    num_blocks: int = 48
+    hash_block_size: int = 16
+    scheduler_block_size: int = 16
+    max_model_len: int = 320
+    max_num_batched_tokens: int = 96
+    enable_caching: bool = True
+    use_eagle: bool = False
+    num_lookahead_tokens: int = 0
+    watermark: float = 0.0
+
+    def kv_cache_config(self) -> KVCacheConfig:
+        return KVCacheConfig(self.num_blocks, self.groups)
+
+    def manager_kwargs(self) -> dict[str, object]:
+        """Keyword arguments of :class:`kvpool.policy.KVCacheManager` (bar ``backend``)."""
+        return dict(
+            kv_cache_config=self.kv_cache_config(), max_model_len=self.max_model_len,
+            scheduler_block_size=self.scheduler_block_size,
+            hash_block_size=self.hash_block_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_caching=self.enable_caching, use_eagle=self.use_eagle,
+            enable_kv_cache_events=self.enable_caching, watermark=self.watermark,
+        )
+
+
+def _g(spec: object, eagle: bool = False) -> KVCacheGroupSpec:
+    return KVCacheGroupSpec(spec, is_eagle_group=eagle)  # type: ignore[arg-type]
+
+
+FULL = FullAttentionSpec(block_size=16)
+
+CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
+    StackConfiguration("full", (_g(FULL),)),
+    StackConfiguration("full-eagle", (_g(FULL),), use_eagle=True, num_lookahead_tokens=2),
+    StackConfiguration(
+        "full+swa",
+        (_g(FullAttentionSpec(block_size=32)),
+         _g(SlidingWindowSpec(block_size=16, sliding_window=40))),
+        num_blocks=64, scheduler_block_size=32),
+    StackConfiguration(
+        "full+mamba",
+        (_g(FULL), _g(MambaSpec(block_size=32, mamba_cache_mode="align"))),
+        num_blocks=64, scheduler_block_size=32),
+    StackConfiguration(
+        "full+mamba-eagle",
+        (_g(FULL), _g(MambaSpec(block_size=32, mamba_cache_mode="align",
+                                num_speculative_blocks=1))),
+        num_blocks=64, scheduler_block_size=32, use_eagle=True, num_lookahead_tokens=1),
+    StackConfiguration(
+        "full+chunked",
+        (_g(FULL), _g(ChunkedLocalAttentionSpec(block_size=16, attention_chunk_size=64))),
+        num_blocks=64),
+    StackConfiguration(
+        "2full+swa",
+        (_g(FullAttentionSpec(block_size=16, head_size=64)),
+         _g(FullAttentionSpec(block_size=16, head_size=128)),
+         _g(SlidingWindowSpec(block_size=16, sliding_window=24))),
+        num_blocks=80),
+    StackConfiguration(
+        "nocache",
+        (_g(FULL), _g(SlidingWindowSpec(block_size=16, sliding_window=32))),
+        enable_caching=False, watermark=0.05),
+)}
+"""The configurations of ``kvpool check --layer stack`` (all of them by default)."""
+
+
+__all__ = ["CONFIGURATIONS", "StackConfiguration"]

@@ -1,0 +1,184 @@
+"""Manager-level invariants (BEHAVIOUR.md §11.21–27) as named predicates over one stack.
+
+Each predicate is a claim about a :class:`~kvpool.policy.KVCacheManager` at a step boundary
+and returns the list of problems it found (empty = holds), naming requests, groups and block
+ids. They read the facade's public queries and the pool's ``observe()`` query only.
+
+==============================================  =====================================
+predicate                                       BEHAVIOUR.md
+==============================================  =====================================
+every_reference_is_counted_once                  §11.22
+running_tables_are_append_only                   §11.23
+keyed_blocks_cover_their_table_position          §11.24 (and Mamba checkpoints)
+no_block_twice_in_a_table                        §11.22/23 (one position per block)
+hit_lengths_agree_across_groups                  §11.26 (checked at every lookup)
+each_group_counts_in_its_own_block_size          §11.26 / §8 sizing
+failed_allocation_touched_and_allocated_nothing  §11.27 (checked at every ``None``)
+==============================================  =====================================
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from kvpool.policy.mamba import MambaManager
+from kvpool.policy.specs import CrossAttentionSpec, MambaSpec, cdiv
+
+
+def all_tables(manager: Any, request_ids: Sequence[str]) -> dict[tuple[str, int], list[int]]:
+    """(request, group) → table, for the given live requests."""
+    out = {}
+    for rid in request_ids:
+        for g, table in enumerate(manager.get_block_ids(rid)):
+            out[(rid, g)] = table
+    return out
+
+
+def every_reference_is_counted_once(manager: Any, request_ids: Sequence[str],
+                                    popped: Sequence[Sequence[int]]) -> list[str]:
+    """Every non-null block's ref count = table slots holding it + popped, unfreed tables.
+
+    Why: a reference nobody holds is a leak (the block never returns); a holder the count
+    misses is a use-after-free waiting to happen."""
+    pool = manager.block_pool
+    holds: Counter[int] = Counter()
+    for table in all_tables(manager, request_ids).values():
+        holds.update(b for b in table if b != pool.null_block)
+    for table in popped:
+        holds.update(b for b in table if b != pool.null_block)
+    ids = list(range(1, pool.num_gpu_blocks))
+    refs = pool.observe().ref_cnts(ids)
+    return [f"block {b}: ref_cnt {r} but {holds[b]} holders"
+            for b, r in zip(ids, refs, strict=True) if r != holds[b]]
+
+
+def no_block_twice_in_a_table(manager: Any, request_ids: Sequence[str]) -> list[str]:
+    """No block sits at two positions of one request's table in one group.
+
+    Why: two positions are two different token ranges; one block cannot hold both (a
+    touch after an allocation that evicted the hit produces exactly this)."""
+    null = manager.block_pool.null_block
+    problems = []
+    for key, table in all_tables(manager, request_ids).items():
+        counts = Counter(b for b in table if b != null)
+        problems += [f"{key}: block {b} at {n} positions" for b, n in counts.items() if n > 1]
+    return problems
+
+
+def running_tables_are_append_only(before: dict[tuple[str, int], list[int]],
+                                   after: dict[tuple[str, int], list[int]],
+                                   null_block: int) -> list[str]:
+    """A running request's table only grows at the end; positions may turn null (and, in
+    Mamba align mode, a speculative block may move to the end).
+
+    Why: the worker's block table is append-only; rewriting a position would point
+    attention at another block's KV."""
+    problems = []
+    for key, old in before.items():
+        new = after.get(key)
+        if new is None:
+            continue
+        if len(new) < len(old):
+            problems.append(f"{key}: table shrank from {len(old)} to {len(new)}")
+            continue
+        for i, (a, b) in enumerate(zip(old, new, strict=False)):
+            if a == b or b == null_block:  # kept, or skipped / relocated to the end
+                continue
+            problems.append(f"{key}: position {i} changed {a} -> {b}")
+    return problems
+
+
+def keyed_blocks_cover_their_table_position(manager: Any, request_ids: Sequence[str]) -> list[str]:
+    """A keyed block at table position p of group g covers exactly ``(p+1)·bs_g`` tokens;
+    in particular a Mamba state is checkpointed only at a block boundary.
+
+    Why: a key claims "this block holds the KV (or state) of the first k tokens"; anything
+    else serves a later request the wrong prefix."""
+    pool = manager.block_pool
+    observer = pool.observe()
+    problems = []
+    for g, mgr in enumerate(manager.coordinator.single_type_managers):
+        bs = mgr.block_size
+        for rid in request_ids:
+            table = mgr.req_to_blocks.get(rid) or []
+            for p, b in enumerate(table):
+                if b == pool.null_block:
+                    continue
+                tokens = observer.key_tokens(b)
+                if tokens is not None and tokens != (p + 1) * bs:
+                    kind = "Mamba state" if isinstance(mgr, MambaManager) else "block"
+                    problems.append(f"{kind} {b} of {rid!r} group {g} at position {p} "
+                                    f"is keyed for {tokens} tokens, not {(p + 1) * bs}")
+    return problems
+
+
+def hit_lengths_agree_across_groups(manager: Any, hits: Sequence[Sequence[int]],
+                                    num_tokens: int, max_length: int) -> list[str]:
+    """A hit is ≤ the cap, a multiple of the alignment, and ``len(hits[g]) × bs_g`` for
+    every group with hits (§11.26).
+
+    Why: the scheduler skips ``num_tokens`` tokens for every group at once; a group that
+    covers less would serve never-computed KV."""
+    coordinator = manager.coordinator
+    alignment = getattr(coordinator, "block_size", coordinator.scheduler_block_size)
+    problems = []
+    if num_tokens > max(max_length, 0):
+        problems.append(f"hit {num_tokens} exceeds the cap {max_length}")
+    if num_tokens % alignment:
+        problems.append(f"hit {num_tokens} is not a multiple of {alignment}")
+    for g, (blocks, mgr) in enumerate(zip(hits, coordinator.single_type_managers,
+                                          strict=True)):
+        if blocks and len(blocks) * mgr.block_size != num_tokens:
+            problems.append(f"group {g}: {len(blocks)} blocks × {mgr.block_size} != hit "
+                            f"{num_tokens}")
+    return problems
+
+
+def each_group_counts_in_its_own_block_size(manager: Any, request_id: str,
+                                            need_slots: int, previous: Sequence[int]) -> list[str]:
+    """After a successful allocation for ``need_slots`` slots, every attention group's table
+    has ``max(previous, cdiv(need_slots, bs_g))`` positions — in its own block size.
+
+    Why: groups of different block sizes need different numbers of blocks for the same
+    tokens; sizing one group by another's block size over- or under-allocates."""
+    problems = []
+    for g, (mgr, table) in enumerate(zip(manager.coordinator.single_type_managers,
+                                         manager.get_block_ids(request_id), strict=True)):
+        spec = mgr.kv_cache_spec
+        if isinstance(spec, (MambaSpec, CrossAttentionSpec)):
+            continue
+        want = max(previous[g], cdiv(need_slots, mgr.block_size))
+        if len(table) != want:
+            problems.append(f"{request_id!r} group {g}: {len(table)} blocks for {need_slots} "
+                            f"slots at block size {mgr.block_size} (expected {want})")
+    return problems
+
+
+def failed_allocation_touched_and_allocated_nothing(refs_before: Sequence[int],
+                                                    refs_after: Sequence[int],
+                                                    free_before: int,
+                                                    free_after: int) -> list[str]:
+    """``allocate_slots`` returning ``None`` touched nothing and allocated nothing: no ref
+    count rose and the free count did not fall (out-of-window frees may raise it).
+
+    Why: a failed step is retried later; a touch or allocation it left behind leaks."""
+    problems = [f"block {b}: ref_cnt rose {x} -> {y} in a failed allocation"
+                for b, (x, y) in enumerate(zip(refs_before, refs_after, strict=True), start=1)
+                if y > x]
+    if free_after < free_before:
+        problems.append(f"free count fell {free_before} -> {free_after} in a failed allocation")
+    return problems
+
+
+__all__ = [
+    "all_tables",
+    "each_group_counts_in_its_own_block_size",
+    "every_reference_is_counted_once",
+    "failed_allocation_touched_and_allocated_nothing",
+    "hit_lengths_agree_across_groups",
+    "keyed_blocks_cover_their_table_position",
+    "no_block_twice_in_a_table",
+    "running_tables_are_append_only",
+]

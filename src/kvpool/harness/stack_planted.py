@@ -1,0 +1,191 @@
+"""Planted policy-layer bugs: each must be caught by the whole-stack machine.
+
+A planted stack is kvpool's facade on the reference pool with one method of one layer
+replaced by a broken twin, run beside the clean stacks; the machine must report a divergence
+or a broken invariant within the default budget. ``kvpool check --layer stack --planted
+NAME`` runs one; ``tests/policy/test_stack_planted.py`` runs them all.
+
+Each entry: the configuration that exercises the code path, a one-line description, and the
+patch (applied to one manager instance only, never to a class).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvpool.harness.stack_configs import CONFIGURATIONS, StackConfiguration
+from kvpool.policy.facade import KVCacheManager
+from kvpool.policy.pool_access import num_evictable
+
+
+def _managers(m: KVCacheManager) -> tuple[Any, ...]:
+    return m.coordinator.single_type_managers
+
+
+def _independent_lookups(m: KVCacheManager) -> None:
+    coordinator = m.coordinator
+
+    def broken(block_hashes: Any, max_len: int) -> Any:
+        # Wrong fixed point: every spec group looked up on its own at the cap, then the
+        # minimum taken — a later group never sees (or re-checks) the shrunk length.
+        hits: list[list[int]] = [[] for _ in _managers(m)]
+        lengths = []
+        for sg in coordinator.attention_groups:
+            result = coordinator._lookup(sg, block_hashes, max_len, sg.use_eagle)
+            lengths.append(len(result[0]) * sg.spec.block_size)
+            for gid, blocks in zip(sg.group_ids, result, strict=True):
+                hits[gid] = blocks
+        hit = min(lengths)
+        for sg in coordinator.attention_groups:
+            if sg.is_full_attention:
+                for gid in sg.group_ids:
+                    del hits[gid][hit // sg.spec.block_size:]
+        return tuple(hits), hit
+
+    coordinator.find_longest_cache_hit = broken
+
+
+def _lookup_aligned_to_own_block_size(m: KVCacheManager) -> None:
+    coordinator = m.coordinator
+
+    def broken(self: Any, sg: Any, block_hashes: Any, max_length: int, drop: bool) -> Any:
+        return sg.manager_cls.find_longest_cache_hit(
+            self._hashes(sg.spec, block_hashes), max_length, sg.group_ids, self.block_pool,
+            sg.spec, drop, sg.spec.block_size)  # should be scheduler_block_size
+
+    coordinator._lookup = types.MethodType(broken, coordinator)
+
+
+def _touch_after_allocating(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        pending: list[list[int]] = []
+        pool = mgr.block_pool
+        add_local, allocate = mgr.add_local_computed_blocks, mgr.allocate_new_blocks
+
+        def add(rid: str, hits: Any, local: int, external: int, add_local: Any = add_local,
+                pending: list = pending, pool: Any = pool) -> None:
+            touch = pool.touch
+            pool.touch = lambda blocks: pending.append(list(blocks))
+            try:
+                add_local(rid, hits, local, external)
+            finally:
+                pool.touch = touch
+
+        def alloc(rid: str, n: int, main: int, allocate: Any = allocate,
+                  pending: list = pending, pool: Any = pool) -> list[int]:
+            new = allocate(rid, n, main)
+            while pending:
+                pool.touch(pending.pop(0))
+            return new
+
+        mgr.add_local_computed_blocks, mgr.allocate_new_blocks = add, alloc
+
+
+def _free_in_forward_order(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        mgr.free = lambda rid, mgr=mgr: mgr.block_pool.free_blocks(mgr.pop_blocks_for_free(rid))
+
+
+def _skipped_block_not_nulled(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        def broken(rid: str, first: int, last: int, mgr: Any = mgr) -> None:
+            table = mgr.req_to_blocks.get(rid)
+            if table is None or first >= last:
+                return
+            freed = [b for b in table[first:min(last, len(table))][::-1]
+                     if b != mgr.null_block]
+            if freed:
+                mgr.block_pool.free_blocks(freed)  # freed, but the table still names them
+
+        mgr._remove_blocks_in_range = broken
+
+
+def _evictable_hits_not_counted(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        original = mgr.get_num_blocks_to_allocate
+
+        def broken(rid: str, n: int, hits: Any, *args: Any, original: Any = original,
+                   mgr: Any = mgr, **kw: Any) -> int:
+            return original(rid, n, hits, *args, **kw) - num_evictable(mgr.block_pool, hits)
+
+        mgr.get_num_blocks_to_allocate = broken
+
+
+def _eagle_block_kept(m: KVCacheManager) -> None:
+    m.coordinator.eagle_group_ids = set()
+
+
+def _mamba_same_step_hit_allowed(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        if hasattr(mgr, "cached_blocks_this_step"):
+            original = mgr.cache_blocks
+
+            def broken(request: Any, n: int, interval: Any = None, original: Any = original,
+                       mgr: Any = mgr) -> None:
+                original(request, n, interval)
+                mgr.cached_blocks_this_step.clear()
+
+            mgr.cache_blocks = broken
+
+
+def _hit_reaches_last_token(m: KVCacheManager) -> None:
+    coordinator = m.coordinator
+    original = coordinator.find_longest_cache_hit
+    coordinator.find_longest_cache_hit = lambda hashes, max_len: original(hashes, max_len + 1)
+
+
+@dataclass(frozen=True)
+class PlantedPolicyBug:
+    """A broken twin of one policy method, and the configuration that reaches it."""
+
+    name: str
+    configuration: str
+    bug: str
+    install: Callable[[KVCacheManager], None]
+
+    def stack(self) -> Callable[[StackConfiguration], tuple[str, KVCacheManager]]:
+        """A builder for the machine's ``extra`` stacks."""
+        def build(config: StackConfiguration) -> tuple[str, KVCacheManager]:
+            manager = KVCacheManager(**config.manager_kwargs(), backend="reference")
+            self.install(manager)
+            return f"planted:{self.name}", manager
+
+        return build
+
+
+PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
+    PlantedPolicyBug("independent-lookups-no-fixed-point", "2full+swa",
+                     "hybrid groups looked up independently at the cap, then the minimum",
+                     _independent_lookups),
+    PlantedPolicyBug("lookup-aligned-to-own-block-size", "full+swa",
+                     "hybrid lookups aligned to each group's block size, not the LCM",
+                     _lookup_aligned_to_own_block_size),
+    PlantedPolicyBug("touch-after-allocating", "full",
+                     "hits touched after the allocation (which may evict them)",
+                     _touch_after_allocating),
+    PlantedPolicyBug("free-in-forward-order", "full",
+                     "tables freed head first (prefix evicted before its tail)",
+                     _free_in_forward_order),
+    PlantedPolicyBug("skipped-block-not-nulled", "full+swa",
+                     "out-of-window blocks freed but left in the table",
+                     _skipped_block_not_nulled),
+    PlantedPolicyBug("evictable-hits-not-counted", "full",
+                     "budget ignores hits a touch takes out of the free queue",
+                     _evictable_hits_not_counted),
+    PlantedPolicyBug("eagle-block-kept", "full-eagle",
+                     "EAGLE lookups keep the last hit block",
+                     _eagle_block_kept),
+    PlantedPolicyBug("mamba-same-step-hit-allowed", "full+mamba",
+                     "a Mamba state cached this step is hit before it is computed",
+                     _mamba_same_step_hit_allowed),
+    PlantedPolicyBug("hit-reaches-last-token", "full",
+                     "lookup not capped at num_tokens - 1 (last token's logits skipped)",
+                     _hit_reaches_last_token),
+)}
+assert all(p.configuration in CONFIGURATIONS for p in PLANTED_POLICY.values())
+
+
+__all__ = ["PLANTED_POLICY", "PlantedPolicyBug"]

@@ -1,0 +1,361 @@
+"""``KVCacheManager``: what a scheduler calls (BEHAVIOUR.md §10, vLLM 0.25.1's facade).
+
+A scheduler step, for each request it schedules::
+
+    hits, num_hit_tokens = manager.get_computed_blocks(request)      # new requests only
+    new = manager.allocate_slots(request, num_new_tokens, num_hit_tokens, hits,
+                                 num_lookahead_tokens=...)
+    if new is None: ...                                              # does not fit: retry
+
+and ``free(request)`` when a request finishes or is preempted. ``allocate_slots`` runs
+vLLM's order (§10.2): free out-of-window blocks, check the budget (counting the hits a touch
+will take out of the free queue, and the watermark), touch *every* group's hits, allocate,
+then key the blocks that are full. A ``None`` means nothing was touched or allocated.
+
+Stricter than vLLM (§12): every bad call — a shrinking token count, a second free, hits for
+a running request, ``num_new_tokens == 0`` without external tokens, ids outside the pool —
+raises a typed :class:`~kvpool.errors.KvPoolError` before anything changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kvpool.errors import InvalidArgument, InvalidConfig, UnknownRequest
+from kvpool.events import BlockStored, KVCacheEvent
+from kvpool.policy.blocks import KVCacheBlocks
+from kvpool.policy.coordinator import PoolFactory, get_kv_cache_coordinator
+from kvpool.policy.cross_attention import CrossAttentionManager
+from kvpool.policy.request import RequestStatus
+from kvpool.policy.specs import (
+    AttentionSpec,
+    CrossAttentionSpec,
+    KVCacheConfig,
+    cdiv,
+    spec_kind,
+    spec_sliding_window,
+)
+from kvpool.policy.stats import PrefixCacheStats
+
+logger = logging.getLogger("kvpool")
+
+
+def _count(name: str, value: object) -> int:
+    if type(value) is int and value >= 0:  # the common case; the ABC check costs ~1 µs
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidArgument(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+class KVCacheManager:
+    """The KV cache manager facade over one pool; see the module docstring.
+
+    ``backend`` names the pool backend (``"spec"``, ``"reference"``, ``"fast"``) or is a
+    pool factory; ``retention_interval`` is vLLM's ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL``
+    passed explicitly (policy reads no environment).
+    """
+
+    def __init__(
+        self,
+        kv_cache_config: KVCacheConfig,
+        max_model_len: int,
+        scheduler_block_size: int,
+        hash_block_size: int,
+        max_num_batched_tokens: int | None = None,
+        enable_caching: bool = True,
+        use_eagle: bool = False,
+        log_stats: bool = False,
+        enable_kv_cache_events: bool = False,
+        dcp_world_size: int = 1,
+        pcp_world_size: int = 1,
+        metrics_collector: Any = None,
+        watermark: float = 0.0,
+        *,
+        backend: str | PoolFactory = "reference",
+        retention_interval: int | None = None,
+    ) -> None:
+        if not isinstance(watermark, numbers.Real) or isinstance(watermark, bool) or \
+                not watermark >= 0.0:
+            raise InvalidConfig(f"watermark must be non-negative, got {watermark!r}")
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = max_model_len
+        self.max_model_len = max_model_len
+        self.enable_caching = bool(enable_caching)
+        self.use_eagle = bool(use_eagle)
+        self.log_stats = bool(log_stats)
+        self.coordinator = get_kv_cache_coordinator(
+            kv_cache_config, max_model_len, max_num_batched_tokens, self.use_eagle,
+            self.enable_caching, enable_kv_cache_events, dcp_world_size, pcp_world_size,
+            scheduler_block_size, hash_block_size, metrics_collector,
+            backend=backend, retention_interval=retention_interval)
+        self.kv_cache_config = kv_cache_config
+        self.block_pool = self.coordinator.block_pool
+        self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
+        self.prefix_cache_stats = PrefixCacheStats() if self.log_stats else None
+        self.kv_cache_event_metadata = tuple(
+            (spec_kind(g.kv_cache_spec), spec_sliding_window(g.kv_cache_spec))
+            for g in kv_cache_config.kv_cache_groups)
+        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(
+            self.num_kv_cache_groups)))
+        # Requests holding an allocation, with the (num_tokens, num_computed_tokens) of
+        # their last successful allocate_slots: the shrink check reads them.
+        self._live: dict[str, tuple[int, int]] = {}
+
+    # -- queries ------------------------------------------------------------------------
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks held (cached candidates count as free)."""
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """The stats since the last call (and start fresh); ``None`` without log_stats."""
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return self._blocks(self.coordinator.get_blocks(request_id))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's block table per group (empty lists for an unknown request)."""
+        return tuple(list(t) for t in self.coordinator.get_blocks(request_id))
+
+    def get_block_ids_for_computed_tokens(self, request_id: str,
+                                          num_computed_tokens: int) -> tuple[list[int], ...]:
+        """Per group the ids covering the first ``num_computed_tokens`` tokens (Mamba and
+        cross-attention tables whole)."""
+        out = []
+        for group, ids in zip(self.kv_cache_config.kv_cache_groups,
+                              self.get_block_ids(request_id), strict=True):
+            spec = group.kv_cache_spec
+            if not isinstance(spec, AttentionSpec) or isinstance(spec, CrossAttentionSpec):
+                out.append(ids)
+            else:
+                out.append(ids[:cdiv(num_computed_tokens, spec.block_size)])
+        return tuple(out)
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        return self.coordinator.get_num_common_prefix_blocks(running_request_id)
+
+    def take_new_block_ids(self) -> list[int]:
+        """Ids allocated for full-attention/MLA groups since the last call (KV zeroing)."""
+        ids: list[int] = []
+        for manager in self.coordinator.single_type_managers:
+            ids.extend(manager.take_new_block_ids())
+        return ids
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (Mamba forgets which states were cached this step)."""
+        self.coordinator.new_step_starts()
+
+    def is_running(self, request_id: str) -> bool:
+        """Whether the manager holds an allocation for the request."""
+        return request_id in self._live
+
+    # -- lookup -------------------------------------------------------------------------
+
+    def get_computed_blocks(self, request: Any) -> tuple[KVCacheBlocks, int]:
+        """The request's prefix hits and their token count; touches nothing.
+
+        The hit stops before the last token (its logits must be computed), so a fully
+        cached, block-aligned prompt loses its whole last block.
+        """
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return self.empty_kv_cache_blocks, 0
+        hits, num_tokens = self.coordinator.find_longest_cache_hit(
+            request.block_hashes, request.num_tokens - 1)
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.record(request.num_tokens, num_tokens,
+                                           request.num_preemptions > 0)
+        return self._blocks(hits), num_tokens
+
+    # -- allocation ---------------------------------------------------------------------
+
+    def allocate_slots(
+        self,
+        request: Any,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+    ) -> KVCacheBlocks | None:
+        """Slots for ``num_new_tokens`` more tokens (plus lookahead); the newly allocated
+        blocks per group, or ``None`` if they do not fit (then only out-of-window blocks
+        were freed). See the module docstring for the order of the steps."""
+        hits = self._check_allocate(request, num_new_tokens, num_new_computed_tokens,
+                                    new_computed_blocks, num_lookahead_tokens,
+                                    num_external_computed_tokens, num_encoder_tokens,
+                                    reserved_blocks)
+        coordinator, pool, rid = self.coordinator, self.block_pool, request.request_id
+        local = request.num_computed_tokens + num_new_computed_tokens
+        total = min(local + num_external_computed_tokens, self.max_model_len)
+        watermark = 0
+        if has_scheduled_reqs and request.status in (RequestStatus.WAITING,
+                                                     RequestStatus.PREEMPTED):
+            watermark = self.watermark_blocks
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            needed = coordinator.get_num_blocks_to_allocate(
+                rid, full, hits.blocks, num_encoder_tokens, total, full,
+                apply_admission_cap=True)
+            if needed + watermark > pool.get_num_free_blocks():
+                return None
+        main = total + num_new_tokens
+        need_slots = min(main + num_lookahead_tokens, self.max_model_len)
+        # Freed even if the allocation then fails: those tokens are out of attention anyway.
+        coordinator.remove_skipped_blocks(rid, total, request.num_prompt_tokens)
+        needed = coordinator.get_num_blocks_to_allocate(
+            rid, need_slots, hits.blocks, num_encoder_tokens,
+            local + num_external_computed_tokens, main)
+        if needed + watermark > pool.get_num_free_blocks() - reserved_blocks:
+            return None
+        if hits is not self.empty_kv_cache_blocks or num_external_computed_tokens > 0:
+            coordinator.allocate_new_computed_blocks(rid, hits.blocks, local,
+                                                     num_external_computed_tokens)
+        new = coordinator.allocate_new_blocks(rid, need_slots, main, num_encoder_tokens)
+        self._live[rid] = (request.num_tokens, request.num_computed_tokens)
+        if self.enable_caching and not delay_cache_blocks:
+            # Unverified draft tokens are never cached: cap at the request's tokens.
+            coordinator.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
+        return self._blocks(new)
+
+    def _check_allocate(self, request: Any, num_new_tokens: object,
+                        num_new_computed_tokens: object,
+                        new_computed_blocks: KVCacheBlocks | None,
+                        num_lookahead_tokens: object, num_external_computed_tokens: object,
+                        num_encoder_tokens: object, reserved_blocks: object) -> KVCacheBlocks:
+        """Every rejection of ``allocate_slots``, before anything changes; the hits."""
+        new_tokens = _count("num_new_tokens", num_new_tokens)
+        new_computed = _count("num_new_computed_tokens", num_new_computed_tokens)
+        _count("num_lookahead_tokens", num_lookahead_tokens)
+        external = _count("num_external_computed_tokens", num_external_computed_tokens)
+        _count("num_encoder_tokens", num_encoder_tokens)
+        _count("reserved_blocks", reserved_blocks)
+        if new_tokens == 0 and external == 0:
+            raise InvalidArgument("num_new_tokens must be greater than 0 when there are no "
+                                  "external computed tokens")
+        rid = request.request_id
+        computed = _count("request.num_computed_tokens", request.num_computed_tokens)
+        seen = self._live.get(rid)
+        if seen is not None:
+            if request.num_tokens < seen[0] or computed < seen[1]:
+                raise InvalidArgument(
+                    f"request {rid!r} shrank: {request.num_tokens} tokens / {computed} "
+                    f"computed after {seen[0]} / {seen[1]} at its last allocation")
+        if new_computed_blocks is None or new_computed_blocks is self.empty_kv_cache_blocks:
+            if new_computed:
+                raise InvalidArgument(
+                    f"num_new_computed_tokens={new_computed} but no hit blocks were given")
+            return self.empty_kv_cache_blocks  # the common case: nothing more to check
+        hits = new_computed_blocks
+        if not isinstance(hits, KVCacheBlocks) or len(hits.blocks) != self.num_kv_cache_groups:
+            raise InvalidArgument(
+                f"new_computed_blocks must be a KVCacheBlocks with {self.num_kv_cache_groups} "
+                f"groups, got {new_computed_blocks!r}")
+        running = seen is not None or self.coordinator.is_tracked(rid)
+        if running and (new_computed or any(hits.blocks)):
+            raise InvalidArgument(f"request {rid!r} is running; it takes no new prefix hits")
+        if not running and any(rid in m.req_to_blocks
+                               for m in self.coordinator.single_type_managers):
+            raise InvalidArgument(f"request {rid!r} holds blocks; it takes no prefix hits")
+        n = self.block_pool.num_gpu_blocks
+        managers = self.coordinator.single_type_managers
+        for g, (blocks, manager) in enumerate(zip(hits.blocks, managers, strict=True)):
+            if not blocks:
+                continue
+            if isinstance(manager, CrossAttentionManager):
+                raise InvalidArgument("cross-attention groups take no prefix hits")
+            if not self.enable_caching:
+                raise InvalidArgument("prefix hits given while caching is disabled")
+            if len(blocks) * manager.block_size != new_computed:
+                raise InvalidArgument(
+                    f"group {g}: {len(blocks)} hit blocks of {manager.block_size} tokens do "
+                    f"not cover num_new_computed_tokens={new_computed}")
+            for b in blocks:
+                if type(b) is not int and (isinstance(b, bool) or
+                                           not isinstance(b, numbers.Integral)) or \
+                        not 0 <= b < n:
+                    raise InvalidArgument(f"group {g}: hit block {b!r} is not a block id")
+        if new_computed and not any(hits.blocks):
+            raise InvalidArgument(
+                f"num_new_computed_tokens={new_computed} but no hit blocks were given")
+        return hits
+
+    # -- release ------------------------------------------------------------------------
+
+    def _release(self, request: Any) -> str:
+        rid = request.request_id
+        if rid not in self._live:
+            raise UnknownRequest(
+                f"request {rid!r} holds no blocks (never allocated, or already freed)")
+        del self._live[rid]
+        return rid
+
+    def free(self, request: Any) -> None:
+        """Release the request's blocks: group by group, each table tail first."""
+        self.coordinator.free(self._release(request))
+
+    def pop_blocks_for_free(self, request: Any) -> list[int]:
+        """Forget the request and hand its blocks over, in table order, group after group;
+        the caller later calls ``block_pool.free_blocks(reversed(blocks))``."""
+        return self.coordinator.pop_blocks_for_free(self._release(request))
+
+    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        self.coordinator.remove_skipped_blocks(request_id, total_computed_tokens,
+                                               num_prompt_tokens)
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop the cache identity of these blocks (a KV connector lost their data)."""
+        self.block_pool.evict_blocks(block_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix if no request holds blocks; whether it did."""
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.prefix_cache_stats is not None:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        """Key the request's full blocks up to ``num_computed_tokens`` (caching on only)."""
+        if self.enable_caching:
+            self.coordinator.cache_blocks(request, num_computed_tokens)
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The pool's pending events, each ``BlockStored`` annotated with its group's kind
+        and window."""
+        out: list[KVCacheEvent] = []
+        for event in self.block_pool.take_events():
+            if isinstance(event, BlockStored) and event.group_idx is not None:
+                g = event.group_idx
+                if 0 <= g < len(self.kv_cache_event_metadata):
+                    kind, window = self.kv_cache_event_metadata[g]
+                    event = dataclasses.replace(event, kv_cache_spec_kind=kind,
+                                                kv_cache_spec_sliding_window=window)
+                else:
+                    logger.warning("Group index `%s` not in KV cache metadata", g)
+            out.append(event)
+        return out
+
+    def _blocks(self, blocks: Sequence[Sequence[int]]) -> KVCacheBlocks:
+        if not any(blocks):
+            return self.empty_kv_cache_blocks
+        return KVCacheBlocks(tuple(blocks))
+
+
+__all__ = ["KVCacheManager"]

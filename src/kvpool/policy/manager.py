@@ -1,0 +1,265 @@
+"""The single-type manager base: one KV cache group's block tables (BEHAVIOUR.md §8).
+
+A manager maps each request to its *block table* (position = logical block index, value =
+block id; the null block fills positions a request no longer needs) and remembers how many
+leading positions are already keyed in the prefix cache (``num_cached_block``). It speaks to
+the pool only through :class:`kvpool.protocol.BlockPool` verbs and the ``observe()`` query,
+so the same code runs on the spec, the reference and the fast pool.
+
+Subclasses (one module per attention family) supply the lookup rule
+(:meth:`find_longest_cache_hit`), the number of tokens that fall out of attention
+(:meth:`get_num_skipped_tokens`) and, where a future hit cannot use every block, a mask of the
+blocks worth keying (:meth:`reachable_block_mask`).
+
+Invariants kept here (BEHAVIOUR.md §11): a table only grows at the end except that positions
+turn null (23); a manager keys only positions below ``num_tokens // bs`` and never re-keys a
+position below ``num_cached_block`` (24); a table is freed tail first, so the least reusable
+block is evicted first (§4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from kvpool.errors import InvalidArgument
+from kvpool.policy.pool_access import num_evictable
+from kvpool.policy.specs import KVCacheSpec, cdiv
+
+
+class SingleTypeKVCacheManager:
+    """Block tables of one KV cache group; see the module docstring."""
+
+    #: Spec classes (exact types) whose fresh blocks are reported for KV zeroing.
+    zeroed_spec_types: ClassVar[tuple[type, ...]] = ()
+
+    def __init__(
+        self,
+        kv_cache_spec: KVCacheSpec,
+        block_pool: Any,
+        enable_caching: bool,
+        kv_cache_group_id: int,
+        scheduler_block_size: int,
+        dcp_world_size: int = 1,
+        pcp_world_size: int = 1,
+        max_admission_blocks_per_request: int | None = None,
+    ) -> None:
+        self.kv_cache_spec = kv_cache_spec
+        self.block_pool = block_pool
+        self.enable_caching = enable_caching
+        self.kv_cache_group_id = kv_cache_group_id
+        self.scheduler_block_size = scheduler_block_size
+        self.dcp_world_size = dcp_world_size
+        self.pcp_world_size = pcp_world_size
+        self.block_size = kv_cache_spec.block_size * max(1, dcp_world_size * pcp_world_size)
+        self._max_admission_blocks_per_request = max_admission_blocks_per_request
+        self.null_block: int = block_pool.null_block
+        self.req_to_blocks: dict[str, list[int]] = {}
+        self.num_cached_block: dict[str, int] = {}
+        self.new_block_ids: list[int] = []
+        self.use_eagle = False  # set by the coordinator
+
+    # -- sizing -------------------------------------------------------------------------
+
+    def get_num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+    ) -> int:
+        """Blocks an allocation for ``num_tokens`` slots takes from the free count,
+        counting the hits it will touch out of the queue (evictable hits)."""
+        required = cdiv(num_tokens, self.block_size)
+        if apply_admission_cap and self._max_admission_blocks_per_request is not None:
+            required = min(required, self._max_admission_blocks_per_request)
+        held = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            if new_computed_blocks:
+                raise InvalidArgument(
+                    f"request {request_id!r} is already running; it takes no new hits"
+                )
+            return max(required - held, 0)
+        skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        new = max(required - max(skipped, len(new_computed_blocks) + held), 0)
+        # Hits that fall out of the window are never touched, so they take nothing.
+        first_kept = max(0, skipped - held)
+        return new + num_evictable(self.block_pool, new_computed_blocks[first_kept:])
+
+    # -- allocation ---------------------------------------------------------------------
+
+    def add_local_computed_blocks(
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[int],
+        num_local_computed_tokens: int,
+        num_external_computed_tokens: int,
+    ) -> None:
+        """Install a new request's prefix hits: touch them (a ref for the table slot),
+        null the ones already out of attention, and mark the whole prefix cached."""
+        table = self.req_to_blocks.setdefault(request_id, [])
+        assert not table, "add_local_computed_blocks on a request that holds blocks"
+        total = num_local_computed_tokens + num_external_computed_tokens
+        skipped = self.get_num_skipped_tokens(total) // self.block_size
+        kept = list(new_computed_blocks[skipped:]) if skipped > 0 else list(new_computed_blocks)
+        if self.enable_caching:
+            self.block_pool.touch(kept)
+        table.extend([self.null_block] * skipped)
+        table.extend(kept)
+        self.num_cached_block[request_id] = len(table)
+
+    def allocate_external_computed_blocks(
+        self, request_id: str, num_local_computed_tokens: int, num_external_computed_tokens: int
+    ) -> None:
+        """Blocks for tokens a KV connector computed; runs after every group's touches."""
+        total = num_local_computed_tokens + num_external_computed_tokens
+        skipped = self.get_num_skipped_tokens(total)
+        external = num_external_computed_tokens
+        if skipped > 0:
+            external = min(total - skipped, external)
+        if external <= 0:
+            return
+        table = self.req_to_blocks.setdefault(request_id, [])
+        fresh = self.block_pool.get_new_blocks(cdiv(total, self.block_size) - len(table))
+        table.extend(fresh)
+        self._note_new_blocks(fresh)
+
+    def allocate_new_blocks(
+        self, request_id: str, num_tokens: int, num_tokens_main_model: int
+    ) -> list[int]:
+        """Grow the table to ``cdiv(num_tokens, bs)`` blocks; the new ids."""
+        table = self.req_to_blocks.setdefault(request_id, [])
+        n = cdiv(num_tokens, self.block_size) - len(table)
+        if n <= 0:
+            return []
+        fresh = list(self.block_pool.get_new_blocks(n))
+        table.extend(fresh)
+        self._note_new_blocks(fresh)
+        return fresh
+
+    def _note_new_blocks(self, fresh: Sequence[int]) -> None:
+        if type(self.kv_cache_spec) in self.zeroed_spec_types:
+            self.new_block_ids.extend(fresh)
+
+    def take_new_block_ids(self) -> list[int]:
+        """Drain the ids allocated since the last call (for KV zeroing)."""
+        ids, self.new_block_ids = self.new_block_ids, []
+        return ids
+
+    # -- caching ------------------------------------------------------------------------
+
+    def cache_blocks(self, request: Any, num_tokens: int,
+                     retention_interval: int | None = None) -> None:
+        """Key the full blocks among the first ``num_tokens`` tokens not keyed yet."""
+        rid = request.request_id
+        num_cached = self.num_cached_block.get(rid, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        mask = self.reachable_block_mask(
+            num_cached, num_full, self.scheduler_block_size, self.kv_cache_spec,
+            self.use_eagle, retention_interval, request.num_prompt_tokens,
+        )
+        self.block_pool.cache_full_blocks(
+            request, self.req_to_blocks.get(rid, []), num_cached, num_full, self.block_size,
+            self.kv_cache_group_id, mask,
+        )
+        self.num_cached_block[rid] = num_full
+
+    @classmethod
+    def reachable_block_mask(
+        cls,
+        start_block: int,
+        end_block: int,
+        alignment_tokens: int | None,
+        kv_cache_spec: KVCacheSpec,
+        use_eagle: bool,
+        retention_interval: int | None = None,
+        num_prompt_tokens: int | None = None,
+    ) -> list[bool] | None:
+        """Which candidates ``[start_block, end_block)`` to key; ``None`` = all of them."""
+        return None
+
+    # -- release ------------------------------------------------------------------------
+
+    def _remove_blocks_in_range(self, request_id: str, first: int, last: int) -> None:
+        """Null positions ``[first, last)`` and free their blocks, walking back from the end.
+
+        Walking backwards stops at the first position already null: everything before it
+        was nulled by an earlier call (positions turn null front to back), so the walk
+        costs only the newly skipped blocks. The freed list is tail first (§4).
+        """
+        table = self.req_to_blocks.get(request_id)
+        if table is None or first >= last:
+            return
+        freed: list[int] = []
+        for i in range(min(last, len(table)) - 1, first - 1, -1):
+            if table[i] == self.null_block:
+                break
+            freed.append(table[i])
+            table[i] = self.null_block
+        if freed:
+            self.block_pool.free_blocks(freed)
+
+    def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        """Free the blocks no future token attends to (replaced by the null block)."""
+        skipped = self.get_num_skipped_tokens(total_computed_tokens)
+        if skipped <= 0 or request_id not in self.req_to_blocks:
+            return
+        self._remove_blocks_in_range(request_id, 0, skipped // self.block_size)
+
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Tokens no longer attended to once ``num_computed_tokens`` are computed."""
+        return 0
+
+    def pop_blocks_for_free(self, request_id: str) -> list[int]:
+        """Forget the request; its blocks in table order (the caller frees them reversed)."""
+        self.num_cached_block.pop(request_id, None)
+        return self.req_to_blocks.pop(request_id, [])
+
+    def free(self, request_id: str) -> None:
+        """Release the request's blocks, tail first."""
+        self.block_pool.free_blocks(self.pop_blocks_for_free(request_id)[::-1])
+
+    # -- queries ------------------------------------------------------------------------
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> int:
+        """Leading blocks every tracked request shares (0 unless a family says more)."""
+        return 0
+
+    def new_step_starts(self) -> None:
+        """A scheduler step begins (only Mamba keeps per-step state)."""
+
+    @classmethod
+    def find_longest_cache_hit(
+        cls,
+        block_hashes: Sequence[bytes],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: Any,
+        kv_cache_spec: KVCacheSpec,
+        drop_eagle_block: bool,
+        alignment_tokens: int,
+        dcp_world_size: int = 1,
+        pcp_world_size: int = 1,
+    ) -> tuple[list[int], ...]:
+        """Per group id, the hit blocks of the longest usable prefix of at most
+        ``max_length`` tokens (null for positions the family skips); equal lengths,
+        ``len × bs`` a multiple of ``alignment_tokens``. Pure."""
+        raise NotImplementedError
+
+
+def trim_to_alignment(lists: tuple[list[int], ...], block_size: int,
+                      alignment_tokens: int) -> None:
+    """Drop trailing blocks until ``len × block_size`` is a multiple of the alignment."""
+    if block_size == alignment_tokens:
+        return
+    while lists[0] and len(lists[0]) * block_size % alignment_tokens:
+        for blocks in lists:
+            blocks.pop()
+
+
+__all__ = ["SingleTypeKVCacheManager", "trim_to_alignment"]

@@ -1,0 +1,175 @@
+"""The KV cache manager facade (BEHAVIOUR.md §10): step order, results, and bad calls that
+raise a typed error and change nothing (§12)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvpool.errors import InvalidArgument, KvPoolError, UnknownRequest
+from kvpool.events import BlockStored
+from kvpool.policy import (
+    FullAttentionSpec,
+    KVCacheBlocks,
+    MambaSpec,
+    RequestStatus,
+    SlidingWindowSpec,
+)
+
+from .helpers import manager, request, run_prefill
+
+FULL = FullAttentionSpec(block_size=16)
+
+
+def snapshot(m, *rids):
+    return m.block_pool.abstract(), [m.get_block_ids(r) for r in rids], dict(m._live)
+
+
+def test_allocate_slots_returns_only_the_new_blocks_per_group() -> None:
+    m = manager(FULL, SlidingWindowSpec(block_size=16, sliding_window=32), num_blocks=40)
+    a = request("a", list(range(40)))
+    first = m.allocate_slots(a, 40)
+    assert [len(g) for g in first.get_block_ids()] == [3, 3]
+    a.num_computed_tokens = 40
+    assert m.allocate_slots(a, 1) is m.empty_kv_cache_blocks  # still fits in block 3
+
+
+def test_lookahead_slots_are_allocated_but_drafts_never_cached() -> None:
+    m = manager(FULL, num_blocks=20, enable_kv_cache_events=True)
+    a = request("a", list(range(30)))
+    out = m.allocate_slots(a, 30, num_lookahead_tokens=4)  # 34 slots: 3 blocks
+    assert len(out.get_block_ids()[0]) == 3
+    stored = [e for e in m.take_events() if isinstance(e, BlockStored)]
+    assert [len(e.block_hashes) for e in stored] == [1]  # only the one full prompt block
+
+
+def test_events_carry_the_groups_kind_and_window() -> None:
+    m = manager(FULL, SlidingWindowSpec(block_size=16, sliding_window=48),
+                enable_kv_cache_events=True)
+    m.allocate_slots(request("a", list(range(40))), 40)
+    kinds = [(e.group_idx, e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window)
+             for e in m.take_events() if isinstance(e, BlockStored)]
+    assert kinds == [(0, "full_attention", None), (1, "sliding_window", 48)]
+
+
+def test_watermark_applies_to_waiting_requests_only() -> None:
+    m = manager(FULL, num_blocks=11, watermark=0.5)  # 5 watermark blocks, 10 usable
+    a = request("a", list(range(96)))  # 6 blocks: 6 + 5 > 10
+    assert m.allocate_slots(a, 96) is None
+    a.status = RequestStatus.RUNNING
+    assert m.allocate_slots(a, 96) is not None
+
+
+def test_full_sequence_must_fit_gates_on_the_whole_prompt() -> None:
+    m = manager(FULL, num_blocks=6)
+    a = request("a", list(range(100)))  # 7 blocks > 5
+    assert m.allocate_slots(a, 16, full_sequence_must_fit=True) is None
+    assert m.allocate_slots(a, 16) is not None
+
+
+def test_pop_blocks_for_free_hands_over_tables_in_group_order() -> None:
+    m = manager(FULL, SlidingWindowSpec(block_size=16, sliding_window=32), num_blocks=40)
+    a = request("a", list(range(40)))
+    run_prefill(m, a)
+    tables = m.get_block_ids("a")
+    popped = m.pop_blocks_for_free(a)
+    assert popped == tables[0] + tables[1]
+    assert m.get_block_ids("a") == ([], [])
+    m.block_pool.free_blocks(popped[::-1])
+    assert m.block_pool.get_num_free_blocks() == 39
+
+
+def test_reset_prefix_cache_needs_every_block_free_and_marks_stats() -> None:
+    m = manager(FULL, log_stats=True)
+    a = request("a", list(range(40)))
+    run_prefill(m, a)
+    assert m.reset_prefix_cache() is False
+    m.free(a)
+    assert m.reset_prefix_cache() is True
+    stats = m.make_prefix_cache_stats()
+    assert stats.reset and stats.requests == 1  # a's own lookup
+    assert m.make_prefix_cache_stats().reset is False
+
+
+def test_lookups_of_preempted_requests_are_counted_apart() -> None:
+    m = manager(FULL, log_stats=True)
+    run_prefill(m, request("a", list(range(40))))
+    m.get_computed_blocks(request("b", list(range(40))))
+    m.get_computed_blocks(request("c", list(range(40)), num_preemptions=1))
+    s = m.make_prefix_cache_stats()
+    assert (s.requests, s.queries, s.hits) == (2, 80, 32)  # a's miss, then b's hit
+    assert (s.preempted_requests, s.preempted_queries, s.preempted_hits) == (1, 40, 32)
+
+
+def test_take_new_block_ids_drains_full_attention_allocations() -> None:
+    m = manager(FULL, MambaSpec(block_size=16))
+    m.allocate_slots(request("a", list(range(20))), 20)
+    ids = m.take_new_block_ids()
+    assert len(ids) == 2 and m.take_new_block_ids() == []
+
+
+def test_get_block_ids_for_computed_tokens_clips_attention_groups() -> None:
+    m = manager(FULL, MambaSpec(block_size=16))
+    a = request("a", list(range(40)))
+    m.allocate_slots(a, 40)
+    clipped = m.get_block_ids_for_computed_tokens("a", 17)
+    assert len(clipped[0]) == 2 and clipped[1] == m.get_block_ids("a")[1]
+
+
+# -- bad calls: typed error, nothing changes -----------------------------------------------
+
+def running(m):
+    a = request("a", list(range(40)))
+    run_prefill(m, a)
+    a.status = RequestStatus.RUNNING
+    return a
+
+
+@pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
+@pytest.mark.parametrize("call", [
+    lambda m, a: m.allocate_slots(a, 0),
+    lambda m, a: m.allocate_slots(a, -1),
+    lambda m, a: m.allocate_slots(a, 1, num_lookahead_tokens=-2),
+    lambda m, a: m.allocate_slots(a, 1, 16, m.get_computed_blocks(request("z", [1] * 40))[0]),
+    lambda m, a: m.allocate_slots(a, 1, 16, KVCacheBlocks(([1],))),
+    lambda m, a: m.allocate_slots(a, 1, new_computed_blocks=KVCacheBlocks(([], []))),
+    lambda m, a: m.allocate_slots(request("n", list(range(40))), 8, 16, KVCacheBlocks(([999],))),
+    lambda m, a: m.allocate_slots(request("n", list(range(40))), 8, 32, KVCacheBlocks(([1],))),
+    lambda m, a: m.allocate_slots(request("n", list(range(40))), 8, 16, KVCacheBlocks(([],))),
+    lambda m, a: m.free(request("never", [1, 2])),
+    lambda m, a: m.pop_blocks_for_free(request("never", [1, 2])),
+])
+def test_bad_call_raises_typed_error_and_changes_nothing(backend, call) -> None:
+    m = manager(FULL, backend=backend)
+    a = running(m)
+    before = snapshot(m, "a", "n")
+    with pytest.raises(KvPoolError):
+        call(m, a)
+    assert snapshot(m, "a", "n") == before
+
+
+def test_a_request_freed_twice_raises_unknown_request() -> None:
+    m = manager(FULL)
+    a = running(m)
+    m.free(a)
+    before = snapshot(m, "a")
+    with pytest.raises(UnknownRequest):
+        m.free(a)
+    assert snapshot(m, "a") == before
+
+
+def test_tokens_that_shrink_are_rejected() -> None:
+    m = manager(FULL)
+    a = running(m)
+    a.num_computed_tokens = 40
+    assert m.allocate_slots(a, 1) is not None
+    a.num_computed_tokens = 30
+    before = snapshot(m, "a")
+    with pytest.raises(InvalidArgument, match="shrank"):
+        m.allocate_slots(a, 1)
+    assert snapshot(m, "a") == before
+
+
+def test_zero_tokens_message_is_vllms() -> None:
+    m = manager(FULL)
+    with pytest.raises(ValueError, match="num_new_tokens must be greater than 0"):
+        m.allocate_slots(request("a", [1] * 20), 0)
