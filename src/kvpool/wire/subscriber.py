@@ -15,9 +15,13 @@ next batch number and classifies every batch it receives:
   numbering began again at 0): the index of that engine is dropped and rebuilt by a replay
   from 0.
 
-A restarted publisher whose numbering has already passed the old one's looks like a gap; the
-replay request therefore starts one batch early and compares that batch's bytes with the one
-applied (timestamps make them differ across publishers), which detects the restart as well.
+A restarted publisher whose numbering has already reached the old one's looks like a gap, or
+even like the next batch. So a replay request starts one batch early and compares that batch's
+bytes with the one applied (timestamps make them differ across publishers; a publisher that
+has not reached that number yet answers with nothing, which it never does for its own newest
+batch), and after the SUB
+socket reports a disconnection (a socket monitor; ``tcp://`` and ``ipc://``) the next live
+batch is applied only after such a check.
 A subscriber that joins late (its first batch is not number 0) replays from 0 first. When a
 source has been quiet for ``probe_interval`` seconds, the subscriber asks its replay socket
 for anything newer, so losing the last messages of a run is recovered too.
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 
 import msgspec
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from kvpool.errors import InvalidConfig
 from kvpool.wire.encoding import WireBatch, decode_batch
@@ -95,6 +100,8 @@ class _Follow:
         self.stats = SourceStats()
         self.last_live = time.monotonic()
         self.last_probe = 0.0
+        self.monitor: zmq.Socket | None = None
+        self.suspect = False  # disconnected since the last batch: check before applying
 
     def remember(self, seq: int, payload: bytes) -> None:
         self.recent[seq] = hash(payload)
@@ -145,14 +152,20 @@ class Subscriber:
         self.index = FleetIndex()
         self._poller = zmq.Poller()
         self._follows: dict[zmq.Socket, _Follow] = {}
+        self._monitors: dict[zmq.Socket, _Follow] = {}
         for source in resolved:
             sub = self._ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.RCVHWM, rcvhwm)
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, self._topic)
             sub.connect(source.endpoint)
-            self._follows[sub] = _Follow(source, sub, dedup_window)
+            follow = _Follow(source, sub, dedup_window)
+            self._follows[sub] = follow
             self._poller.register(sub, zmq.POLLIN)
+            if not source.endpoint.startswith("inproc://"):  # inproc peers never disconnect
+                follow.monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                self._monitors[follow.monitor] = follow
+                self._poller.register(follow.monitor, zmq.POLLIN)
         self._closed = False
 
     # -- public ------------------------------------------------------------------------
@@ -165,6 +178,9 @@ class Subscriber:
         """Wait up to ``timeout`` seconds for batches, apply all that are there; how many."""
         applied = 0
         ready = dict(self._poller.poll(int(timeout * 1000)))
+        for monitor, follow in self._monitors.items():
+            if monitor in ready:
+                self._watch(monitor, follow)
         now = time.monotonic()
         for sock, follow in self._follows.items():
             if sock in ready:
@@ -192,6 +208,9 @@ class Subscriber:
             return
         self._closed = True
         for follow in self._follows.values():
+            if follow.monitor is not None:
+                follow.sub.disable_monitor()
+                follow.monitor.close(linger=0)
             follow.sub.close(linger=0)
             if follow.dealer is not None:
                 follow.dealer.close(linger=0)
@@ -203,6 +222,15 @@ class Subscriber:
         self.close()
 
     # -- live messages -----------------------------------------------------------------
+
+    def _watch(self, monitor: zmq.Socket, follow: _Follow) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                follow.suspect = True
 
     def _drain(self, follow: _Follow, limit: int = 10_000) -> int:
         applied = 0
@@ -219,6 +247,10 @@ class Subscriber:
 
     def _live(self, follow: _Follow, seq: int, payload: bytes) -> int:
         applied = 0
+        if follow.suspect:
+            follow.suspect = False
+            if follow.expected and seq >= follow.expected:
+                applied += self._check_same_publisher(follow)
         if follow.expected is None:
             applied += self._join(follow, seq)
         if seq > follow.expected:  # type: ignore[operator]
@@ -241,6 +273,11 @@ class Subscriber:
         if follow.expected is not None and seq > follow.expected:
             self._lost(follow, seq - follow.expected)
         return applied + self._apply(follow, seq, payload)
+
+    def _check_same_publisher(self, follow: _Follow) -> int:
+        """After a disconnection: replay from the last applied batch, which detects a restart
+        (and fills any gap on the way); how many batches that applied."""
+        return self._recover(follow, follow.expected)  # type: ignore[arg-type]
 
     def _join(self, follow: _Follow, seq: int) -> int:
         """First batch seen from a publisher: fetch its history from 0 if it is not batch 0."""
@@ -322,13 +359,17 @@ class Subscriber:
                                self.replay_timeout if timeout is None else timeout)
         if answer is None:
             return 0
+        # A publisher's newest batch never leaves its buffer, so the one that sent batch
+        # `check` answers with at least that batch; nothing, or other bytes, means another one.
+        if check is not None and allow_restart and (
+                not answer or (answer[0][0] == check
+                               and follow.recent.get(check) != hash(answer[0][1]))):
+            self._restarted(follow)
+            follow.expected = 0
+            return self._recover(follow, 0, timeout, allow_restart=False)
         applied = 0
         for seq, payload in answer:
             if check is not None and seq == check:
-                if follow.recent.get(seq) != hash(payload) and allow_restart:
-                    self._restarted(follow)
-                    follow.expected = 0
-                    return self._recover(follow, 0, timeout, allow_restart=False)
                 continue
             expected = follow.expected if follow.expected is not None else 0
             if seq < expected:
