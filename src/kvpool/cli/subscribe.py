@@ -174,23 +174,32 @@ class _Follow:
         }
 
     def table(self) -> Any:
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         index = self.subscriber.index
         stats = self.subscriber.stats()
-        table = Table(title=f"kvpool subscribe — {index.num_keys()} keys, "
-                      f"{self.rate:,.0f} events/s, predicted prefix-hit rate "
-                      f"{index.predicted_hit_rate():.1%}")
-        for column in ("engine", "rank", "keys", "blocks", "batches", "events", "gaps",
-                       "recovered", "lost", "restarts", "exact"):
-            table.add_column(column, justify="left" if column == "engine" else "right")
+        recovered = sum(s.gaps_recovered for s in stats.values())
+        gaps = sum(s.gaps for s in stats.values())
+        lost = sum(s.lost_batches for s in stats.values())
+        header = Text.assemble(
+            ("index ", "bold"), f"{index.num_keys():,} keys, {index.num_blocks():,} blocks   ",
+            ("events/s ", "bold"), f"{self.rate:,.0f}   ",
+            ("gaps recovered ", "bold"), f"{recovered}/{gaps} ({lost} batches lost)   ",
+            ("predicted prefix-hit rate ", "bold"), f"{index.predicted_hit_rate():.1%}",
+        )
+        table = Table(box=None, padding=(0, 1))
+        table.add_column("engine", overflow="fold", ratio=1)
+        for column in ("rank", "keys", "batches", "events", "gaps", "recov", "lost",
+                       "restarts", "exact"):
+            table.add_column(column, justify="right", no_wrap=True)
         for engine, s in stats.items():
             ranks = [(rank, ri) for (name, rank), ri in index.items() if name == engine]
             for rank, ri in ranks or [(None, None)]:
                 table.add_row(
-                    engine, "-" if rank is None else str(rank),
-                    str(ri.num_keys if ri else 0), str(ri.num_blocks if ri else 0),
+                    engine, "-" if rank is None else str(rank), str(ri.num_keys if ri else 0),
                     str(s.batches), str(s.events), str(s.gaps), str(s.gaps_recovered),
                     str(s.lost_batches), str(s.restarts), "yes" if s.exact else "no",
                 )
-        return table
+        return Group(header, table)
