@@ -130,3 +130,15 @@ def test_the_summary_reports_what_was_published(ipc, capsys):
     out = capsys.readouterr().out
     for label in ("published", "publish time", "queue full", "replays"):
         assert label in out
+
+
+def test_subscribe_follows_each_rank_on_its_offset_ports():
+    from kvpool.cli import build_parser
+    from kvpool.cli.subscribe import _sources
+
+    args = build_parser().parse_args(["subscribe", "tcp://127.0.0.1:5557", "--ranks", "3"])
+    assert [(s.endpoint, s.replay_endpoint, s.name) for s in _sources(args)] == [
+        ("tcp://127.0.0.1:5557", "tcp://127.0.0.1:6557", "tcp://127.0.0.1:5557#dp0"),
+        ("tcp://127.0.0.1:5558", "tcp://127.0.0.1:6558", "tcp://127.0.0.1:5557#dp1"),
+        ("tcp://127.0.0.1:5559", "tcp://127.0.0.1:6559", "tcp://127.0.0.1:5557#dp2"),
+    ]
