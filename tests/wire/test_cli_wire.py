@@ -102,12 +102,20 @@ def test_kvpool_subscribe_shows_the_index_of_a_simulate_publish_run(ipc, capsys)
     (["subscribe", "tcp://127.0.0.1:5557", "--no-replay", "--replay", "tcp://127.0.0.1:1"],
      "exclude"),
     (["subscribe", "tcp://127.0.0.1:0"], "give the replay endpoint"),
+    (["subscribe", "tcp://*:5557"], "cannot connect"),
+    (["subscribe"], "required: ENDPOINT"),
+    (["subscribe", "tcp://127.0.0.1:5557", "--ranks", "two"], "--ranks"),
+    (["subscribe", "tcp://127.0.0.1:5557", "--duration", "-1"], "--duration"),
     (["simulate", *SMALL, "--publish", "tcp://127.0.0.1"], "bad endpoint"),
     (["simulate", *SMALL, "--replay", "tcp://127.0.0.1:6557"], "--replay needs --publish"),
     (["simulate", *SMALL, "--dp-rank", "2"], "--dp-rank needs --publish"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, message, capsys):
-    assert main(args) == 2
+    try:
+        status = main(args)
+    except SystemExit as exit_:  # argparse's own checks exit from inside parse_args
+        status = exit_.code
+    assert status == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and message in captured.err
@@ -142,3 +150,14 @@ def test_subscribe_follows_each_rank_on_its_offset_ports():
         ("tcp://127.0.0.1:5558", "tcp://127.0.0.1:6558", "tcp://127.0.0.1:5557#dp1"),
         ("tcp://127.0.0.1:5559", "tcp://127.0.0.1:6559", "tcp://127.0.0.1:5557#dp2"),
     ]
+
+
+def test_simulate_hands_over_each_steps_events_without_changing_a_decision():
+    batches = []
+    published = simulate(backend="reference", num_requests=10, num_blocks=120, warmup=False,
+                         event_sink=batches.append)
+    plain = simulate(backend="reference", num_requests=10, num_blocks=120, warmup=False)
+    assert published.decisions() == plain.decisions()
+    seqs = [e.seq for events in batches for e in events]
+    assert all(batches) and seqs == list(range(len(seqs)))
+    assert len(batches) <= published.steps

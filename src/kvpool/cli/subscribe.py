@@ -58,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="no live view; print one JSON summary at the end")
     parser.set_defaults(func=run)
 
+    def one_line_error(message: str) -> None:
+        """Bad arguments: one line and exit 2 (argparse would print the usage first)."""
+        print(f"kvpool subscribe: {message} (see kvpool subscribe --help)", file=sys.stderr)
+        sys.exit(2)
+
+    parser.error = one_line_error  # type: ignore[method-assign]
+
 
 def _sources(args: argparse.Namespace) -> list[Any]:
     from kvpool.wire import Source, default_replay_endpoint, offset_endpoint

@@ -122,6 +122,7 @@ class PublisherStats:
     replay_requests: int = 0
     replayed_batches: int = 0
     bad_replay_requests: int = 0
+    send_errors: int = 0
     queue_depth: int = 0
     next_seq: int = 0
     send_s: float = 0.0
@@ -316,7 +317,12 @@ class EventPublisher:
             stats.next_seq += 1
             return
         seq_bytes = seq.to_bytes(SEQ_BYTES, "big")
-        self._pub.send_multipart((self._topic, seq_bytes, payload), copy=False)
+        try:
+            self._pub.send_multipart((self._topic, seq_bytes, payload), copy=False)
+        except zmq.ZMQError:
+            # Kept for replay all the same: subscribers see the gap and fetch it.
+            logger.exception("KV event batch %d could not be sent; it stays replayable", seq)
+            stats.send_errors += 1
         self._buffer.append((seq, payload))
         stats.next_seq = seq + 1
         stats.published_batches += 1
@@ -325,7 +331,11 @@ class EventPublisher:
     def _serve_replay(self) -> None:
         assert self._replay is not None
         stats = self._stats
-        frames = self._replay.recv_multipart()
+        try:
+            frames = self._replay.recv_multipart()
+        except zmq.ZMQError:
+            logger.exception("replay request could not be read")
+            return
         if len(frames) != 3 or len(frames[2]) != SEQ_BYTES:
             stats.bad_replay_requests += 1
             logger.warning("ignored a malformed replay request (%d frames)", len(frames))

@@ -40,7 +40,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from kvpool.errors import InvalidConfig
 from kvpool.wire.encoding import WireBatch, decode_batch
-from kvpool.wire.endpoints import END_SEQ, SEQ_BYTES, check_endpoint
+from kvpool.wire.endpoints import END_SEQ, SEQ_BYTES, EndpointError, check_endpoint
 from kvpool.wire.index import FleetIndex, RankIndex
 
 
@@ -150,6 +150,7 @@ class Subscriber:
         self.probe_interval = probe_interval
         self.on_batch = on_batch
         self.index = FleetIndex()
+        self._closed = False
         self._poller = zmq.Poller()
         self._follows: dict[zmq.Socket, _Follow] = {}
         self._monitors: dict[zmq.Socket, _Follow] = {}
@@ -158,7 +159,12 @@ class Subscriber:
             sub.setsockopt(zmq.RCVHWM, rcvhwm)
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.SUBSCRIBE, self._topic)
-            sub.connect(source.endpoint)
+            try:
+                sub.connect(source.endpoint)
+            except zmq.ZMQError as exc:  # e.g. a wildcard host: one binds those, never connects
+                sub.close(linger=0)
+                self.close()
+                raise EndpointError(f"cannot connect to {source.endpoint}: {exc}") from exc
             follow = _Follow(source, sub, dedup_window)
             self._follows[sub] = follow
             self._poller.register(sub, zmq.POLLIN)
@@ -166,7 +172,6 @@ class Subscriber:
                 follow.monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                 self._monitors[follow.monitor] = follow
                 self._poller.register(follow.monitor, zmq.POLLIN)
-        self._closed = False
 
     # -- public ------------------------------------------------------------------------
 
