@@ -55,37 +55,52 @@ def test_a_late_subscriber_rebuilds_the_exact_index_of_a_simulate_publish_run(
         return finish(self)
 
     monkeypatch.setattr(_publish.Publishing, "finish", finish_and_signal)
+    done = threading.Event()
+    monkeypatch.setattr(_publish, "_linger", lambda seconds: done.wait(WAIT_S * 6))
     pub_ep, replay_ep = ipc
     out: dict = {}
     thread = _publish_in_thread(["simulate", *SMALL, "--json", "--publish", pub_ep,
-                                 "--replay", replay_ep, "--linger", "2"], out)
-    expected = _expected_index()
-    assert sent.wait(WAIT_S * 3)
-    with Subscriber([Source(pub_ep, replay_ep, "sim")], probe_interval=0.01) as subscriber:
-        assert subscriber.run_until(
-            lambda: subscriber.index.rank("sim", 0).cache_index() == expected, WAIT_S)
-        stats = subscriber.stats()["sim"]
-    thread.join(WAIT_S)
+                                 "--replay", replay_ep], out)
+    try:
+        expected = _expected_index()
+        assert sent.wait(WAIT_S * 3)
+        with Subscriber([Source(pub_ep, replay_ep, "sim")],
+                        probe_interval=0.01) as subscriber:
+            assert subscriber.run_until(
+                lambda: subscriber.index.rank("sim", 0).cache_index() == expected, WAIT_S)
+            stats = subscriber.stats()["sim"]
+    finally:
+        done.set()
+        thread.join(WAIT_S)
     assert out["status"] == 0
     record = json.loads(capsys.readouterr().out)
     assert record["publisher"]["published_batches"] == stats.batches
     assert stats.late_joins == 1 and stats.exact and stats.lost_batches == 0
 
 
-def test_kvpool_subscribe_shows_the_index_of_a_simulate_publish_run(ipc, capsys):
+def test_kvpool_subscribe_shows_the_index_of_a_simulate_publish_run(ipc, capsys, monkeypatch):
+    """``kvpool subscribe`` in a subprocess follows the run, live or (if it starts late)
+    through replay; the publisher lingers until the subscriber has printed its summary."""
+    from kvpool.cli import _publish
+
+    done = threading.Event()
+    monkeypatch.setattr(_publish, "_linger", lambda seconds: done.wait(WAIT_S * 6))
     pub_ep, replay_ep = ipc
     sub = subprocess.Popen(
         [sys.executable, "-m", "kvpool", "subscribe", pub_ep, "--replay", replay_ep,
-         "--json", "--idle-exit", "1", "--duration", str(WAIT_S * 2)],
+         "--json", "--idle-exit", "2", "--duration", str(WAIT_S * 6)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict = {}
+    thread = _publish_in_thread(["simulate", *SMALL, "--json", "--publish", pub_ep,
+                                 "--replay", replay_ep], out)
     try:
-        status = main(["simulate", *SMALL, "--json", "--publish", pub_ep, "--replay", replay_ep,
-                       "--linger", "1.5"])
-        out, err = sub.communicate(timeout=WAIT_S * 3)
+        summary_text, err = sub.communicate(timeout=WAIT_S * 7)
     finally:
         sub.kill()
-    assert status == 0 and sub.returncode == 0, err
-    summary = json.loads(out)
+        done.set()
+        thread.join(WAIT_S)
+    assert out["status"] == 0 and sub.returncode == 0, err
+    summary = json.loads(summary_text)
     expected = _expected_index()
     assert summary["keys"] == len(expected) and summary["blocks"] == sum(expected.values())
     published = json.loads(capsys.readouterr().out)["publisher"]

@@ -42,6 +42,11 @@ def add_publish_arguments(parser: argparse.ArgumentParser) -> None:
                       help="keep answering replay requests S seconds after the replay (2)")
 
 
+def _linger(seconds: float) -> None:
+    """Keep the publisher up after the run (a seam: tests end it when their subscriber is done)."""
+    time.sleep(seconds)
+
+
 class Publishing:
     """A running publisher and the time the pool's thread spent handing events to it."""
 
@@ -65,7 +70,7 @@ class Publishing:
     def finish(self) -> dict[str, Any]:
         """Send what is queued, linger for replays; the publisher's figures."""
         self.publisher.flush()
-        time.sleep(self.args.linger)  # late or lossy subscribers still get their replays
+        _linger(self.args.linger)  # late or lossy subscribers still get their replays
         return {**self.publisher.stats().to_dict(), "publish_s": self.seconds,
                 "publish_calls": self.calls}
 
