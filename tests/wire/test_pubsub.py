@@ -26,11 +26,6 @@ def _caught_up(subscriber, engine, publisher):
     return lambda: subscriber.stats()[engine].next_seq == publisher.stats().next_seq
 
 
-def _connected(subscriber, publisher, engine):
-    """Publish-and-wait handshake: true once the subscriber has received a live batch."""
-    return lambda: subscriber.stats()[engine].batches > 0
-
-
 def test_a_subscriber_follows_a_pool_batch_by_batch(ctx, inproc):
     pub_ep, replay_ep = inproc
     check = IndexCheck()
@@ -125,7 +120,6 @@ def test_a_restarted_publisher_is_detected_and_its_fresh_pool_indexed(ipc, secon
 
 
 def test_two_ranks_on_tcp_loopback_are_indexed_apart():
-    check = IndexCheck()
     publishers = [EventPublisher(PublisherConfig("tcp://127.0.0.1:0", "tcp://127.0.0.1:0",
                                                  data_parallel_rank=r)) for r in (0, 1)]
     try:
@@ -145,7 +139,6 @@ def test_two_ranks_on_tcp_loopback_are_indexed_apart():
     finally:
         for p in publishers:
             p.close()
-    assert check.mismatches == []
 
 
 class _Stalled(EventPublisher):
@@ -241,3 +234,17 @@ def test_a_malformed_replay_request_is_ignored_and_counted(ctx, inproc):
         dealer.close(linger=0)
         assert int.from_bytes(frames[2], "big") == 0
         assert publisher.stats().bad_replay_requests == 1
+
+
+def test_a_rank_binds_its_offset_endpoints_and_stamps_its_batches(ctx, inproc):
+    pub_ep, replay_ep = inproc
+    config = PublisherConfig(pub_ep, replay_ep, data_parallel_rank=2)
+    with EventPublisher(config, context=ctx) as publisher:
+        assert (publisher.endpoint, publisher.replay_endpoint) == (f"{pub_ep}_dp2",
+                                                                  f"{replay_ep}_dp2")
+        with Subscriber([Source(f"{pub_ep}_dp2", f"{replay_ep}_dp2", "e")], context=ctx,
+                        probe_interval=0.01) as subscriber:
+            publisher.publish([_stored(0)])
+            assert publisher.flush(WAIT_S)
+            assert subscriber.run_until(_caught_up(subscriber, "e", publisher), WAIT_S)
+            assert list(subscriber.index.ranks) == [("e", 2)]
