@@ -65,14 +65,14 @@ def test_a_subscriber_that_drops_at_its_high_water_mark_recovers_through_replay(
             Subscriber([Source(pub_ep, replay_ep, "e")], context=ctx, rcvhwm=1,
                        on_batch=check, probe_interval=0.05) as subscriber:
         check.subscriber = subscriber
-        # inproc connects at once, so the first live batch arrives; then nobody reads while
-        # the pool runs, and all but a couple of the rest are dropped.
+        # Nobody reads while the pool runs: all but a couple of batches are dropped (which
+        # ones depends on when the PUB socket takes the subscription in; any will do).
         check.generation(drive_pool(publisher.publish))
         assert publisher.flush(WAIT_S)
         assert subscriber.run_until(_caught_up(subscriber, "e", publisher), WAIT_S)
         stats = subscriber.stats()["e"]
     assert check.mismatches == [] and check.all_checked()
-    assert stats.gaps_recovered >= 1 and stats.recovered_batches > len(check.expected[0]) // 2
+    assert stats.replayed_batches > len(check.expected[0]) // 2
     assert stats.exact and stats.lost_batches == 0
 
 

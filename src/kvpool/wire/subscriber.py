@@ -63,7 +63,9 @@ class SourceStats:
 
     ``exact`` stays ``True`` while every batch since the publisher's batch 0 was applied once,
     in order (the index then equals the pool's); ``gaps`` counts gaps seen, ``gaps_recovered``
-    those a replay filled completely, ``lost_batches`` the batches no replay could deliver.
+    those a replay filled completely, ``lost_batches`` the batches no replay could deliver,
+    ``replayed_batches`` the batches applied from replay answers (gaps, late joins, restarts,
+    probes alike).
     """
 
     batches: int = 0
@@ -72,6 +74,7 @@ class SourceStats:
     gaps_recovered: int = 0
     recovered_batches: int = 0
     lost_batches: int = 0
+    replayed_batches: int = 0
     duplicates: int = 0
     restarts: int = 0
     late_joins: int = 0
@@ -272,7 +275,7 @@ class Subscriber:
                 follow.stats.duplicates += 1
                 return applied
             self._restarted(follow)
-            applied += self._join(follow, seq)
+            applied += self._join(follow, seq, late=False)
             if seq < follow.expected:  # type: ignore[operator]
                 return applied  # the replay from 0 delivered it
         if follow.expected is not None and seq > follow.expected:
@@ -284,12 +287,12 @@ class Subscriber:
         (and fills any gap on the way); how many batches that applied."""
         return self._recover(follow, follow.expected)  # type: ignore[arg-type]
 
-    def _join(self, follow: _Follow, seq: int) -> int:
+    def _join(self, follow: _Follow, seq: int, late: bool = True) -> int:
         """First batch seen from a publisher: fetch its history from 0 if it is not batch 0."""
         follow.expected = 0
         if seq == 0:
             return 0
-        follow.stats.late_joins += 1
+        follow.stats.late_joins += late
         return self._recover(follow, 0)
 
     def _restarted(self, follow: _Follow) -> None:
@@ -382,6 +385,7 @@ class Subscriber:
             if seq > expected:
                 self._lost(follow, seq - expected)
             applied += self._apply(follow, seq, payload)
+        follow.stats.replayed_batches += applied
         return applied
 
     def _request(self, follow: _Follow, start: int,
