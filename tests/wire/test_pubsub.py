@@ -248,3 +248,13 @@ def test_a_rank_binds_its_offset_endpoints_and_stamps_its_batches(ctx, inproc):
             assert publisher.flush(WAIT_S)
             assert subscriber.run_until(_caught_up(subscriber, "e", publisher), WAIT_S)
             assert list(subscriber.index.ranks) == [("e", 2)]
+
+
+@pytest.mark.parametrize("field, value", [("buffer_steps", 0), ("max_queue_size", -1),
+                                          ("hwm", -1), ("topic", b"kv"),
+                                          ("data_parallel_rank", 1.5)])
+def test_a_bad_setting_is_refused_before_anything_binds(field, value):
+    from kvpool.errors import InvalidConfig
+
+    with pytest.raises(InvalidConfig, match=field.split("_")[0]):
+        EventPublisher(PublisherConfig("tcp://127.0.0.1:0", **{field: value}))

@@ -97,6 +97,8 @@ class PublisherConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidConfig(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.topic, str):
+            raise InvalidConfig(f"topic must be a str, got {type(self.topic).__name__}")
         for name in ("data_parallel_rank", "hwm", "linger_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -197,6 +199,7 @@ class EventPublisher:
         """Hand one step's events to the publisher thread; returns at once, never blocks.
 
         An empty list publishes nothing (vLLM publishes a batch only when there are events).
+        The list is handed over, not copied: pass a fresh one (``take_events`` returns one).
         """
         if self._closed:
             raise PublisherClosed("publish() after close()")
