@@ -4,6 +4,9 @@ Calls :func:`kvpool.workload.simulate` and formats its report. Without ``--trace
 the built-in chat-service trace (``--requests``, ``--seed``). Exit status: 0 on success, 2 for
 bad input (malformed trace line, unreadable file, impossible sizes, backend not installed),
 reported as one line on stderr without a traceback.
+
+``--publish ENDPOINT`` also publishes the pool's KV events on vLLM's ZeroMQ wire while it
+replays, one batch per scheduler step (:mod:`kvpool.cli._publish`, :mod:`kvpool.wire`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 
 from kvpool.backends import BACKENDS
 from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
+from kvpool.cli._publish import add_publish_arguments, format_published, publishing
 from kvpool.errors import KvPoolError
 from kvpool.workload.driver import SimulationReport
 from kvpool.workload.simulate import DEFAULT_MAX_RUNNING, DEFAULT_NUM_BLOCKS, simulate
@@ -39,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--requests", type=positive_int, default=2000, metavar="N",
                         help="requests in the built-in trace (2000)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_publish_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -48,23 +53,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvpool simulate: {why}", file=sys.stderr)
         return 2
     try:
-        report = simulate(
-            args.trace,
-            backend=args.backend,
-            num_blocks=args.num_blocks,
-            block_size=args.block_size,
-            max_running=args.max_running,
-            seed=args.seed,
-            num_requests=args.requests,
-        )
+        with publishing(args) as pub:
+            report = simulate(
+                args.trace,
+                backend=args.backend,
+                num_blocks=args.num_blocks,
+                block_size=args.block_size,
+                max_running=args.max_running,
+                seed=args.seed,
+                num_requests=args.requests,
+                **({} if pub is None else pub.simulate_options()),
+            )
+            published = None if pub is None else pub.finish()
     except (KvPoolError, OSError) as exc:
         print(f"kvpool simulate: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.to_dict()))
+        record = report.to_dict()
+        if published is not None:
+            record["publisher"] = published
+        print(json.dumps(record))
     else:
         source = args.trace or f"built-in chat trace (seed {args.seed})"
         print(format_report(report, source))
+        if published is not None:
+            print(format_published(published, len("blocks allocated")))
     return 0
 
 

@@ -178,10 +178,13 @@ def replay(
     max_running: int = 64,
     hasher: BlockHasher | None = None,
     backend: str | None = None,
+    on_step: Callable[[], None] | None = None,
 ) -> SimulationReport:
     """Replay ``trace`` through ``pool`` (see the module docstring); the report.
 
-    ``pool`` should be fresh: the driver assumes it is the pool's only user. Raises
+    ``on_step``, if given, is called after every scheduler step, outside the pool's time (a
+    KV event publisher takes the step's events there, as vLLM's scheduler does). ``pool``
+    should be fresh: the driver assumes it is the pool's only user. Raises
     :class:`InvalidConfig` if ``pool.hash_block_size != block_size``, if ``max_running < 1``
     or if some request could never fit (its whole sequence needs more than ``N - 1`` blocks).
     """
@@ -203,6 +206,7 @@ def replay(
             )
     hasher = hasher or BlockHasher("sha256", seed=HASH_SEED)
     driver = _Driver(pool, block_size, max_running, get_request_block_hasher(block_size, hasher))
+    driver.on_step = on_step
     began = time.perf_counter()
     driver.run(sorted(trace, key=lambda r: r.arrival_step))
     wall_s = time.perf_counter() - began
@@ -254,6 +258,7 @@ class _Driver:
         self.peak_usage = 0.0
         self.verb_calls: dict[str, int] = {}
         self.verb_s: dict[str, float] = {}
+        self.on_step: Callable[[], None] | None = None
 
     # Every pool call goes through here, so pool_s covers exactly the pool.
     def _call(self, verb: str, method: Callable[..., Any], *args: Any) -> Any:
@@ -303,6 +308,8 @@ class _Driver:
             if changed:
                 usage = self._call("get_usage", self.pool.get_usage)
                 self.peak_usage = max(self.peak_usage, usage)
+            if self.on_step is not None:
+                self.on_step()
             step += 1
             self.steps += 1
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from kvpool.backends import make_pool
 from kvpool.hashing import BlockHasher
@@ -79,6 +80,8 @@ def simulate(
     num_requests: int = 2000,
     hash_algorithm: str = "sha256",
     warmup: bool = True,
+    pool_options: Mapping[str, Any] | None = None,
+    event_sink: Callable[[list[Any]], None] | None = None,
 ) -> SimulationReport:
     """Replay ``trace`` through a fresh ``backend`` pool of ``num_blocks`` blocks.
 
@@ -88,6 +91,10 @@ def simulate(
     :class:`~kvpool.workload.trace.TraceError` for a malformed trace file and
     :class:`~kvpool.errors.InvalidConfig` for sizes that cannot work.
 
+    ``pool_options`` go to :func:`kvpool.make_pool` (e.g. ``use_int_block_hashes=False``).
+    ``event_sink``, if given, turns KV events on and receives each step's events (after the
+    step, outside pool time; steps without events are skipped), as a publisher wants them.
+
     >>> report = simulate(backend="spec", num_requests=5, num_blocks=512)
     >>> report.requests, report.blocks_allocated > 0
     (5, True)
@@ -96,7 +103,16 @@ def simulate(
     warmup_s = 0.0
     if warmup:
         warmup_s = warm_up(backend, block_size=block_size, hash_algorithm=hash_algorithm)
-    pool = make_pool(num_blocks, backend=backend, hash_block_size=block_size)
+    options = dict(pool_options or {})
+    if event_sink is not None:
+        options["enable_kv_cache_events"] = True
+    pool = make_pool(num_blocks, backend=backend, hash_block_size=block_size, **options)
+    on_step = None
+    if event_sink is not None:
+        def on_step() -> None:
+            events = pool.take_events()
+            if events:
+                event_sink(events)
     report = replay(
         pool,
         requests,
@@ -104,6 +120,7 @@ def simulate(
         max_running=max_running,
         hasher=BlockHasher(hash_algorithm, seed=HASH_SEED),
         backend=backend,
+        on_step=on_step,
     )
     return replace(report, warmup_s=warmup_s)
 
