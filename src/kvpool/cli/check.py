@@ -13,8 +13,11 @@ harness catch it; ``--list-planted`` (hidden) names them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 from typing import TextIO
 
 from kvpool.cli._args import non_negative_int, positive_int
@@ -41,7 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="skip BEHAVIOUR.md §12's invalid calls (pools that do not validate)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="report the first failure as found, without minimising it")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--vllm-version", metavar="V", default=None,
+                        help="check the vllm backend within version V's API (default: the "
+                        "installed version's, detected)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (anything else written to stdout while "
+                        "checking, e.g. vLLM's log, goes to stderr)")
     parser.add_argument("--planted", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--list-planted", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
@@ -78,16 +86,19 @@ def run(args: argparse.Namespace) -> int:
     if not backends:
         print("kvpool check: --backends names no backend", file=sys.stderr)
         return 2
+    if args.vllm_version:
+        backends = [f"vllm:{args.vllm_version}" if b == "vllm" else b for b in backends]
     try:
-        report = run_check(
-            backends,
-            args.steps,
-            args.seed,
-            num_blocks=args.num_blocks,
-            invalid_calls=not args.valid_only,
-            shrink=not args.no_shrink,
-            progress=None if args.json else _progress_bar(sys.stderr),
-        )
+        with _stdout_to_stderr(args.json):
+            report = run_check(
+                backends,
+                args.steps,
+                args.seed,
+                num_blocks=args.num_blocks,
+                invalid_calls=not args.valid_only,
+                shrink=not args.no_shrink,
+                progress=None if args.json else _progress_bar(sys.stderr),
+            )
     except BackendUnavailable as exc:
         print(f"kvpool check: {exc}", file=sys.stderr)
         return 2
@@ -100,6 +111,27 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """Send file descriptor 1 to stderr while checking, so ``--json`` prints only JSON.
+
+    At the descriptor level: vLLM 0.25.1's logging handler holds the original ``sys.stdout``
+    object, which Python-level redirection would not catch.
+    """
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def format_report(report) -> str:
     """The human-readable summary of one check."""
     lines = [
@@ -108,7 +140,12 @@ def format_report(report) -> str:
         f"steps: {report.steps} in {report.examples} examples, {report.elapsed_s:.1f} s "
         f"({report.steps_per_s:,.0f} steps/s)",
         f"divergences: {report.divergences}, invariant violations: {report.invariant_violations}",
+        f"PYTHONHASHSEED: {report.hash_seed}",
     ]
+    if report.not_generated:
+        lines.append("not generated (outside a backend's API): " + ", ".join(report.not_generated))
+    for what, calls in report.documented_deviations.items():
+        lines.append(f"documented deviation, tolerated in {calls} call(s): {what}")
     if not report.ok:
         lines.append(f"first failure after {report.steps_to_first_divergence} steps:")
         lines.append(report.failure or "")

@@ -41,6 +41,8 @@ def _invalid(self: Any) -> bool:
 class InvalidCallRules(PoolMachine):
     """:class:`PoolMachine` plus §12's invalid calls (each must be rejected, changing nothing)."""
 
+    rules_are_valid = False
+
     def expect_rejected(self, reply: Reply, what: str, error: type | None = None) -> None:
         ok = reply.rejected and (error is None or isinstance(reply.error, error))
         expected = error.__name__ if error else "a typed error"
@@ -208,7 +210,7 @@ class InvalidCallRules(PoolMachine):
         if kind == "mask_length":
             mask = [True] * (full - cached + 1)
         elif kind == "hashes_too_short":
-            full = available + 1
+            full = max(available, cached) + 1  # past num_cached too, or it is a silent no-op
             blocks += blocks[:1] * max(0, full - len(blocks))
         elif kind == "beyond_blocks":
             full = len(blocks) + 1

@@ -15,10 +15,20 @@ calls on every backend and raises the same :class:`~kvpool.harness.driver.Diverg
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 IMPORTS = "from kvpool.harness import RAISE, RECORD, Foreign, lockstep"
+
+
+def hash_seed() -> str:
+    """This process's ``PYTHONHASHSEED`` (``"random"`` when unset): set iteration order, and
+    with it vLLM's secondary-key order, depends on it, so a reproduction names it."""
+    if not sys.flags.hash_randomization:
+        return "0"
+    return os.environ.get("PYTHONHASHSEED") or "random"
 
 
 @dataclass
@@ -76,10 +86,13 @@ class Reproduction:
     def render_test(self, name: str = "test_reproduction", *, mark_last: bool = True) -> str:
         """A pytest function replaying the log (imports included)."""
         body = self.render_calls(mark_last=mark_last)
+        seed_note = (f"# recorded with PYTHONHASHSEED={hash_seed()} (set order of bytes depends "
+                     "on it; rerun with the same value)")
         indented = "\n".join(
-            "    " + line if line else "" for line in [IMPORTS, "", *body.splitlines()]
+            "    " + line if line else ""
+            for line in [seed_note, IMPORTS, "", *body.splitlines()]
         )
         return f"def {name}():\n{indented}\n"
 
 
-__all__ = ["IMPORTS", "Reproduction"]
+__all__ = ["IMPORTS", "Reproduction", "hash_seed"]
