@@ -147,7 +147,8 @@ def format_report(report) -> str:
     for what, calls in report.documented_deviations.items():
         lines.append(f"documented deviation, tolerated in {calls} call(s): {what}")
     if not report.ok:
-        lines.append(f"first failure after {report.steps_to_first_divergence} steps:")
+        lines.append(f"first failure after {report.steps_to_first_divergence} steps"
+                     + (f", in rule {report.failure_rule}:" if report.failure_rule else ":"))
         lines.append(report.failure or "")
         if report.reproduction and report.reproduction not in (report.failure or ""):
             lines += ["", "Minimal reproduction:", report.reproduction]

@@ -33,6 +33,9 @@ DEFAULT_SHAPES: tuple[HarnessConfig, ...] = (
     HarnessConfig(num_blocks=32, hash_block_size=1, block_size=1, enable_kv_cache_events=False),
     HarnessConfig(num_blocks=12, hash_block_size=2, block_size=4, enable_caching=False),
     HarnessConfig(num_blocks=24, hash_block_size=2, block_size=4, num_groups=3),
+    HarnessConfig(num_blocks=16, hash_block_size=2, block_size=4, request_extras=True),
+    HarnessConfig(num_blocks=12, hash_block_size=2, block_size=4, request_extras=True,
+                  extra_options={"num_hash_lookahead_tokens": 2, "use_int_block_hashes": False}),
 )
 """Pool shapes a check cycles through (backends are filled in by :func:`run_check`)."""
 
@@ -62,6 +65,8 @@ class CheckReport:
     not_generated: list[str] = field(default_factory=list)
     """Call families left out because a backend's version lacks them (its API scope)."""
     hash_seed: str = field(default_factory=hash_seed)
+    failure_rule: str | None = None
+    """The rule whose call failed: a §12 invalid-call rule names the documented row."""
 
     @property
     def ok(self) -> bool:
@@ -104,6 +109,8 @@ def run_check(
                          not_generated=api.missing())
     start = time.perf_counter()
     run_index = 0
+    shapes = [s for s in shapes if api.lookahead
+              or not s.extra_options.get("num_hash_lookahead_tokens")] or list(shapes)
     while counter.steps < steps:
         shape = shapes[run_index % len(shapes)]
         cfg = replace(shape, backends=resolved, invalid_calls=invalid_calls,
@@ -125,6 +132,8 @@ def run_check(
                             shrink_seconds=shrink_seconds)
         except Divergence as error:
             _record_failure(report, error.kind, str(error), error.reproduction)
+            first = counter.first_divergence
+            report.failure_rule = first.rule if first is not None else error.rule
             break
         except BackendUnavailable:
             raise  # a setup problem, not a finding

@@ -29,6 +29,9 @@ class PoolApi:
       one that completes the block (0.33; 0.25.1 asserts ``bs > hbs`` and a boundary
       strictly inside the block);
     * ``lookahead``: ``num_hash_lookahead_tokens`` (0.33);
+    * ``mm_window_index``: events of a partial entry find a multimodal item by window search
+      (0.31; 0.25.1 assumes only the last item can overlap, so its events differ for
+      requests with several items): without it the harness makes no multimodal requests;
     * ``secondary_key_order``: ``"insertion"`` (kvpool, §12) or ``"set"`` (vLLM keeps
       secondary keys in a Python set, so their order depends on ``PYTHONHASHSEED``): the
       lockstep then compares secondary keys, and runs of ``BlockRemoved`` events, as sets.
@@ -43,6 +46,7 @@ class PoolApi:
     null_block_skipped: bool = True
     partial_any_boundary: bool = True
     lookahead: bool = True
+    mm_window_index: bool = True
     secondary_key_order: str = "insertion"
 
     def missing(self) -> list[str]:
@@ -96,6 +100,8 @@ class HarnessConfig:
     raising_watchers: bool = True
     max_requests: int = 6
     max_table_blocks: int = 6
+    request_extras: bool = False
+    """Some requests carry a LoRA adapter, multimodal items or a cache salt (events report them)."""
     extra_options: dict[str, Any] = field(default_factory=dict)
     api: PoolApi = FULL_API
 
@@ -134,6 +140,7 @@ class HarnessConfig:
             f"{self.num_blocks} blocks, hbs {self.hash_block_size}, bs {self.block_size}, "
             f"caching {'on' if self.enable_caching else 'off'}, "
             f"events {'on' if self.enable_kv_cache_events else 'off'}"
+            + "".join(f", {k}={v!r}" for k, v in self.extra_options.items())
         )
 
 

@@ -44,11 +44,14 @@ class Divergence(AssertionError):
     is a pytest function replaying the calls up to and including the failing one.
     """
 
-    def __init__(self, kind: str, call: str, detail: str, reproduction: str) -> None:
+    def __init__(self, kind: str, call: str, detail: str, reproduction: str,
+                 rule: str | None = None) -> None:
         self.kind = kind
         self.call = call
         self.detail = detail
         self.reproduction = reproduction
+        self.rule = rule
+        """The state-machine rule that made the call (``None`` outside a machine)."""
         super().__init__(f"[{kind}] at {call}\n{detail}\n\nReproduction:\n{reproduction}")
 
     @property
@@ -181,8 +184,9 @@ class Lockstep:
     def sibling_state(self) -> Any:
         return self.sibling_abstracts[0].state if self.siblings else None
 
-    def make_request(self, token_ids: Sequence[int]) -> Any:
-        """A request hashed like the pools' (logged as ``rN = pool.make_request([...])``)."""
+    def make_request(self, token_ids: Sequence[int], extras: int = 0) -> Any:
+        """A request hashed like the pools' (logged as ``rN = pool.make_request([...])``),
+        with the extra-key inputs ``REQUEST_EXTRAS[extras]`` (LoRA, multimodal, salt)."""
         name = f"r{self.requests_made}"
         self.requests_made += 1
         request = make_request(
@@ -190,9 +194,11 @@ class Lockstep:
             hash_block_size=self.hash_block_size,
             request_id=name,
             num_hash_lookahead_tokens=self.lookahead,
+            extras=extras,
         )
         aliases = {h: f"{name}.block_hashes[{i}]" for i, h in enumerate(request.block_hashes)}
-        self.log.define(name, request, f"pool.make_request({list(token_ids)!r})", aliases)
+        extra = f", extras={extras}" if extras else ""
+        self.log.define(name, request, f"pool.make_request({list(token_ids)!r}{extra})", aliases)
         return request
 
     def _ensure_siblings(self) -> None:
@@ -290,7 +296,7 @@ class Lockstep:
     def fail(self, kind: str, detail: str) -> Divergence:
         """A :class:`Divergence` at the last logged call (for the caller to raise)."""
         call = self.log.lines[-1] if self.log.lines else "construction"
-        error = Divergence(kind, call, detail, self.log.render_test())
+        error = Divergence(kind, call, detail, self.log.render_test(), self.rule)
         if self.on_divergence is not None:
             self.on_divergence(error)
         return error

@@ -35,7 +35,12 @@ from hypothesis.stateful import (
 
 from kvpool.harness.config import HarnessConfig
 from kvpool.harness.driver import Divergence, Lockstep, Reply
-from kvpool.harness.requests import SHARED_PREFIXES, TOKEN_ALPHABET, coarse_hashes
+from kvpool.harness.requests import (
+    REQUEST_EXTRAS,
+    SHARED_PREFIXES,
+    TOKEN_ALPHABET,
+    coarse_hashes,
+)
 from kvpool.keys import key_group, key_hash, pack_key
 from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
 
@@ -232,6 +237,21 @@ class PoolMachine(RuleBasedStateMachine):
         tokens = [*SHARED_PREFIXES[prefix], *suffix]
         self.step(f"a request arrives with {len(tokens)} tokens (shared prefix {prefix})")
         self.requests.append(self.pool.make_request(tokens))
+
+    @precondition(lambda self: self.config.request_extras
+                  and len(self.requests) < self.config.max_requests)
+    @rule(prefix=st.integers(0, len(SHARED_PREFIXES) - 1),
+          suffix=st.lists(st.sampled_from(TOKEN_ALPHABET), max_size=12),
+          extras=st.integers(1, len(REQUEST_EXTRAS) - 1))
+    def a_request_with_lora_multimodal_or_salt_arrives(self, prefix: int, suffix: list[int],
+                                                       extras: int) -> None:
+        allowed = [i for i, e in enumerate(REQUEST_EXTRAS)
+                   if i and (self.api.mm_window_index or "mm_features" not in e)]
+        extras = allowed[extras % len(allowed)]
+        tokens = [*SHARED_PREFIXES[prefix], *suffix]
+        self.step(f"a request with extra keys {sorted(REQUEST_EXTRAS[extras])} arrives "
+                  f"with {len(tokens)} tokens")
+        self.requests.append(self.pool.make_request(tokens, extras))
 
     # -- the scheduler's common path -----------------------------------------------------------
 

@@ -49,6 +49,7 @@ FIRST_IN: dict[str, tuple[int, int]] = {
     "null_block_skipped": (0, 33),
     "partial_any_boundary": (0, 33),
     "lookahead": (0, 33),
+    "mm_window_index": (0, 31),
 }
 """The vLLM release each :class:`PoolApi` feature first appeared in (BEHAVIOUR.md §0)."""
 
