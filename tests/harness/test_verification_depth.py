@@ -203,7 +203,8 @@ def test_requests_reach_vllm_under_its_attribute_names():
     assert view.lora_request.adapter_id == 5 and view.lora_request.name == "ad"
     assert view.lora_request.lora_name == "ad" and view.lora_request.lora_path == "/p"
     assert view.mm_features[0].identifier == "img"
-    assert (view.mm_features[0].mm_position.offset, view.mm_features[0].mm_position.length) == (1, 2)
+    position = view.mm_features[0].mm_position
+    assert (position.offset, position.length) == (1, 2)
     assert view.cache_salt == "s" and view.session_id == "sess" and view.num_tokens == 4
     request.append_output_token_ids([5])
     assert view.all_token_ids == [1, 2, 3, 4, 5] and view.block_hashes is request.block_hashes
