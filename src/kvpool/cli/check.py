@@ -50,6 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (anything else written to stdout while "
                         "checking, e.g. vLLM's log, goes to stderr)")
+    parser.add_argument("--exhaustive", nargs="*", metavar="SCOPE", default=None,
+                        help="instead of sampling, walk every reachable state of tiny pools "
+                        "with every in-scope call (scopes: small ones by default; also "
+                        "two-groups, medium, large, large-coarse, large-caching-off, all)")
     parser.add_argument("--planted", metavar="NAME", help=argparse.SUPPRESS)
     parser.add_argument("--list-planted", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
@@ -73,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from kvpool.harness import run_check
     from kvpool.harness.planted import PLANTED
 
+    if args.exhaustive is not None:
+        return run_exhaustive(args)
     if args.list_planted:
         for name, cls in PLANTED.items():
             print(f"{name:28} {cls.bug}")
@@ -109,6 +115,41 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
     return 0 if report.ok else 1
+
+
+def run_exhaustive(args: argparse.Namespace) -> int:
+    """``kvpool check --exhaustive [SCOPE ...]``: counts of states and transitions per scope."""
+    from kvpool.verify.exhaustive import LARGE_SCOPES, SCOPES, SMALL_SCOPES, explore
+
+    names = args.exhaustive or [s.name for s in SMALL_SCOPES]
+    if names == ["all"]:
+        names = [s.name for s in SMALL_SCOPES + LARGE_SCOPES]
+    unknown = [n for n in names if n not in SCOPES]
+    if unknown:
+        print(f"kvpool check: unknown scope(s) {', '.join(unknown)}; known: "
+              f"{', '.join(SCOPES)}", file=sys.stderr)
+        return 2
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.backends == "spec,reference":  # the sampling default; exhaustive checks all three
+        backends = ["spec", "reference", "fast"]
+    if args.planted:
+        backends.append(f"planted:{args.planted}")
+    try:
+        reports = [explore(SCOPES[n], backends) for n in names]
+    except BackendUnavailable as exc:
+        print(f"kvpool check: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.to_json() for r in reports]))
+    else:
+        for r in reports:
+            verdict = "ok" if r.ok else "FAILED"
+            print(f"{verdict:6} {r.states:6} states {r.transitions:8} transitions "
+                  f"({r.accepted} accepted, {r.rejected} rejected, depth {r.depth}) "
+                  f"{r.seconds:6.1f} s  {r.scope}")
+            if r.failure:
+                print(r.failure)
+    return 0 if all(r.ok for r in reports) else 1
 
 
 @contextlib.contextmanager

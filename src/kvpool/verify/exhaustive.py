@@ -56,27 +56,36 @@ class Scope:
     """Token ids of the scope's requests; equal prefixes give shared hashes (2–3 keys)."""
     max_ref: int = 2
     max_batch: int = 2
+    max_depth: int | None = None
+    """Explore states reachable within this many calls (``None``: all reachable states)."""
 
     def describe(self) -> str:
         return (f"{self.name}: {self.num_blocks} blocks, hbs {self.hash_block_size}, "
                 f"bs {self.block_size}, {self.num_groups} groups, {len(self.prompts)} requests, "
                 f"events {'on' if self.enable_events else 'off'}, "
-                f"caching {'on' if self.enable_caching else 'off'}, ref ≤ {self.max_ref}")
+                f"caching {'on' if self.enable_caching else 'off'}, ref ≤ {self.max_ref}"
+                + (f", depth ≤ {self.max_depth}" if self.max_depth is not None else ""))
 
 
 SMALL_SCOPES: tuple[Scope, ...] = (
-    Scope("small", num_blocks=3, prompts=((1, 2), (1, 3))),
-    Scope("small-events-off", num_blocks=3, enable_events=False, prompts=((1, 2),)),
+    Scope("small", num_blocks=2, num_groups=1, prompts=((1, 2),)),
+    Scope("small-three-blocks", num_blocks=3, num_groups=1, enable_events=False,
+          prompts=((1, 2),), max_depth=3),
 )
-"""Run in the default test suite (about a minute on two shared cores)."""
+"""Run in the default test suite (well under a minute on two shared cores)."""
 
 LARGE_SCOPES: tuple[Scope, ...] = (
+    Scope("two-groups", num_blocks=2, num_groups=2, prompts=((1, 2), (1, 3))),
+    Scope("two-groups-events-off", num_blocks=2, num_groups=2, enable_events=False,
+          prompts=((1, 2),)),
+    Scope("medium", num_blocks=3, prompts=((1, 2), (1, 3)), max_depth=4),
     Scope("large", num_blocks=4, prompts=((1, 2), (1, 3))),
     Scope("large-coarse", num_blocks=4, hash_block_size=1, block_size=2,
           prompts=((1, 2, 3, 4), (1, 2, 5, 5))),
     Scope("large-caching-off", num_blocks=4, enable_caching=False, prompts=((1, 2),)),
 )
-"""The slow tier: four blocks, a coarse block size (partial entries), caching off."""
+"""The slow tier: two requests sharing a prefix (three keys) in two groups, four blocks, a
+coarse block size (partial entries inside a block), caching off."""
 
 SCOPES = {s.name: s for s in SMALL_SCOPES + LARGE_SCOPES}
 
@@ -127,7 +136,8 @@ def calls_in_scope(scope: Scope) -> list[Call]:
     """Every call the scope contains (the same list from every state)."""
     n, hbs, bs = scope.num_blocks, scope.hash_block_size, scope.block_size
     ids = (-1, *range(n), n)
-    batches = [tuple(b) for k in range(scope.max_batch + 1) for b in itertools.product(ids, repeat=k)]
+    batches = [tuple(b) for k in range(scope.max_batch + 1)
+               for b in itertools.product(ids, repeat=k)]
     groups = tuple(range(scope.num_groups))
     requests = [_RequestRef(i) for i in range(len(scope.prompts))]
     out = [Call("get_new_blocks", (k,)) for k in range(-1, n + 1)]
@@ -187,6 +197,8 @@ class ExhaustiveReport:
     accepted: int = 0
     rejected: int = 0
     depth: int = 0
+    frontier: int = 0
+    """States first reached at ``max_depth``: checked on arrival, their calls not explored."""
     seconds: float = 0.0
     failure: str | None = None
     path: list[str] = field(default_factory=list)
@@ -244,7 +256,10 @@ def explore(scope: Scope, backends: Sequence[str] = ("spec", "reference", "fast"
                 if key in seen or max(_spec_state(child.pools[0]).ref_cnt) > scope.max_ref:
                     continue
                 seen.add(key)
-                if max_states is None or len(seen) <= max_states:
+                deep = scope.max_depth is not None and len(child.path) >= scope.max_depth
+                if deep:
+                    report.frontier += 1  # reached, checked on arrival, not expanded
+                elif max_states is None or len(seen) <= max_states:
                     queue.append(child)
             if progress is not None:
                 progress(report)
