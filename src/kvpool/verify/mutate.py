@@ -164,8 +164,9 @@ KILLER_TESTS = (
 
 def _run_killers(module: str, index: int) -> str | None:
     """In this (child) process: install the mutant, run the killers; the first that fails."""
-    mutant = Mutant(module, index, 0, "")
-    sys.meta_path.insert(0, _MutantFinder(f"kvpool.spec.{module[:-3]}", mutated_source(mutant)))
+    if module != "none":  # "none": the control run on the real spec, which must pass
+        source = mutated_source(Mutant(module, index, 0, ""))
+        sys.meta_path.insert(0, _MutantFinder(f"kvpool.spec.{module[:-3]}", source))
     import pytest
 
     code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -224,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         killer = _run_killers(args.child[0], int(args.child[1]))
         print(f"KILLER: {killer or 'none'}")
         return 0
+    control = run_mutant(Mutant("none", 0, 0, "the real spec"))
+    if control.killed_by:
+        print(f"the killers fail on the unmutated spec ({control.killed_by}): fix that first")
+        return 2
     pool = mutants(tuple(args.module or TARGETS))
     if args.sample is not None and args.sample < len(pool):
         rng = random.Random(args.seed)
