@@ -23,6 +23,7 @@ import ast
 import importlib
 import inspect
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -44,6 +45,35 @@ def _namespace() -> dict[str, Any]:
     return names
 
 
+_KEYWORD_WALRUS = re.compile(r"(?<=[(,\s])(\w+)=(v\d+):=")
+
+
+def _parenthesize_walruses(text: str) -> str:
+    """``f(x=v1:=())`` (CrossHair's repr of a shared value) → ``f(x=(v1:=()))``: valid Python."""
+    while (m := _KEYWORD_WALRUS.search(text)) is not None:
+        i, depth, quote = m.end(), 0, ""
+        while i < len(text):
+            c = text[i]
+            if quote:
+                if c == "\\":
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == "," and depth == 0:
+                break
+            i += 1
+        text = f"{text[:m.start()]}{m[1]}=({m[2]}:={text[m.end():i]}){text[i:]}"
+    return text
+
+
 def parse_call(message: str) -> tuple[str, tuple, Any] | None:
     """``(function name, positional args, returned value)`` from a CrossHair message."""
     start = message.find(_CALLING)
@@ -55,6 +85,7 @@ def parse_call(message: str) -> tuple[str, tuple, Any] | None:
     else:
         call_text = message[start + len(_CALLING):end]
         value_text = message[end + len(_RETURNS):-1]
+    call_text, value_text = _parenthesize_walruses(call_text), _parenthesize_walruses(value_text)
     try:
         call = ast.parse(call_text, mode="eval").body
         if not isinstance(call, ast.Call) or call.keywords:
