@@ -167,6 +167,10 @@ def _run_killers(module: str, index: int) -> str | None:
     if module != "none":  # "none": the control run on the real spec, which must pass
         source = mutated_source(Mutant(module, index, 0, ""))
         sys.meta_path.insert(0, _MutantFinder(f"kvpool.spec.{module[:-3]}", source))
+        # Starting this module imported kvpool (and the spec with it): forget all of it, so
+        # every later import, the target's included, goes through the finder.
+        for name in [n for n in sys.modules if n == "kvpool" or n.startswith("kvpool.")]:
+            del sys.modules[name]
     import pytest
 
     code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
