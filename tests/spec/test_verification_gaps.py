@@ -69,3 +69,54 @@ def test_the_shell_takes_usage_from_the_spec(backend, monkeypatch):
     assert pool.get_usage() == 0.5
     monkeypatch.setattr(shell, "usage_fraction", lambda n, free: ("spec", n, free))
     assert pool.get_usage() == ("spec", 5, 2)
+
+
+# -- item 9: postconditions that let a wrong outcome through (mutation survivors) -------------
+
+def _sample_calls():
+    """One valid call per operation, from a state with keys, a watcher and events on."""
+    from kvpool.harness.requests import make_request
+
+    hashes = tuple(make_request([1, 2, 3, 4], hash_block_size=2).block_hashes)
+    state = initial_state(6, hash_block_size=2, enable_events=True)
+    state = ops.get_new_blocks(state, 4).state
+    state = ops.cache_full_blocks(state, hashes, (1, 2), 0, 2, 2, 0).state
+    state = ops.unpin_blocks(state, (4,)).state  # a watcher on block 4, now free
+    return state, {
+        "get_new_blocks": (1,), "touch": ((1,),), "free_blocks": ((3,),),
+        "unpin_blocks": ((3,),), "get_cached_block": (hashes[0], (0,)),
+        "cache_full_blocks": (hashes, (1, 3), 1, 2, 2, 0, None),
+        "cache_partial_block": (hashes, 3, 2, 1, 2, False),
+        "move_block_hashes": (1, 3), "evict_blocks": ((2,),), "reset_prefix_cache": (),
+        "emit_cached_block_events": (hashes, 2, 2, 0), "is_block_writable": (3,),
+        "get_usage": (),
+    }
+
+
+def _wrong_outcomes(right: ops.Outcome):
+    from kvpool.spec.records import ClearedRecord
+
+    yield "an extra fired watcher", right._replace(fired_watchers=(*right.fired_watchers, 5))
+    yield "a different result", right._replace(result=("not", "the", "result"))
+    yield "an extra event", right._replace(events=(*right.events, ClearedRecord(99)))
+    if right.events:  # as many events, other content: the counter alone cannot tell
+        yield "a different event", right._replace(
+            events=tuple(ClearedRecord(e.seq) if not isinstance(e, ClearedRecord)
+                         else ClearedRecord(e.seq + 1) for e in right.events))
+    yield "a changed ref count", right._replace(
+        state=replace(right.state, ref_cnt=(*right.state.ref_cnt[:-1],
+                                            right.state.ref_cnt[-1] + 1)))
+    yield "a changed watcher table", right._replace(
+        state=replace(right.state, watchers=(*right.state.watchers, 5)))
+
+
+@pytest.mark.parametrize("name", sorted(contracts.CONTRACTS))
+def test_every_postcondition_rejects_a_wrong_result_event_watcher_or_side_effect(name):
+    """Seeded: a dropped ``fired_watchers == ()``, ``result is None``, ``events == ...`` or
+    ``only_changed(...)`` conjunct (the survivors of ``kvpool.verify.mutate``)."""
+    state, calls = _sample_calls()
+    args = calls[name]
+    _, post = contracts.CONTRACTS[name]
+    right = getattr(contracts, name)(state, *args)  # the real operation, contract checked
+    for what, wrong in _wrong_outcomes(right):
+        assert not post(state, *args, wrong), f"{name}_post accepts {what}"
