@@ -120,3 +120,11 @@ def test_every_postcondition_rejects_a_wrong_result_event_watcher_or_side_effect
     right = getattr(contracts, name)(state, *args)  # the real operation, contract checked
     for what, wrong in _wrong_outcomes(right):
         assert not post(state, *args, wrong), f"{name}_post accepts {what}"
+
+
+def test_equal_counts_are_a_silent_no_op_whatever_else_is_wrong():
+    """Seeded: ``num_cached > num_full`` instead of ``>=`` in the precondition (a survivor):
+    with equal counts vLLM returns before reading blocks, size or hashes (§12 "not errors")."""
+    state = ops.get_new_blocks(initial_state(4, hash_block_size=2), 1).state
+    out = contracts.cache_full_blocks(state, (), (1,), 3, 3, 3, 0, None)  # bs 3 off the grid
+    assert out.state == state and out.events == ()

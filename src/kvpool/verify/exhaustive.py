@@ -150,7 +150,7 @@ def calls_in_scope(scope: Scope) -> list[Call]:
     # Tables: each usable block alone, two distinct blocks both ways, the null block first,
     # one block twice; spans: the usual ones, an empty one, a negative count, one too long.
     tables = [(b,) for b in range(1, n)] + [(1, 2), (2, 1), (0, 1), (1, 1)]
-    spans = [(0, 1), (0, 2), (1, 2), (1, 1), (-1, 1)]
+    spans = [(0, 1), (0, 2), (1, 2), (1, 1), (3, 3), (-1, 1)]
     for r, table, (cached, full), g in itertools.product(requests, tables, spans, groups):
         out.append(Call("cache_full_blocks", (r, table, cached, full, bs, g)))
     for r in requests:
