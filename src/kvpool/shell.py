@@ -42,6 +42,7 @@ from kvpool.events import (
 )
 from kvpool.memory import check_pool_fits
 from kvpool.spec import preconditions as pre
+from kvpool.spec.ops import usage_fraction  # usage: the spec is the one source of truth
 from kvpool.spec.records import EventRecord
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
@@ -676,11 +677,11 @@ class PoolShell:
         return int(self._core_num_free_blocks())
 
     def get_usage(self) -> float:
-        """``1 - free / (N - 1)``: cached candidates count as free. O(1)."""
-        total = self.num_gpu_blocks - 1
-        if not total:
-            return 0
-        return 1.0 - (self.get_num_free_blocks() / total)
+        """``1 - free / (N - 1)``: cached candidates count as free. O(1).
+
+        The spec computes it (``spec.ops.usage_fraction``, under ``get_usage``'s contract).
+        """
+        return usage_fraction(self.num_gpu_blocks, self.get_num_free_blocks())
 
     @property
     def event_context(self) -> EventContext:

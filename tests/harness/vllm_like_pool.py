@@ -48,6 +48,7 @@ class VllmLikeBlockPool:
     # -- keys --------------------------------------------------------------------------------
 
     def _emit(self, record: Any, request: Any = None) -> None:
+        request = getattr(request, "_request", request)  # the adapter's vLLM-shaped view
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(materialize(record, request, self._ctx))
 

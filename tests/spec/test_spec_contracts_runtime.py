@@ -83,7 +83,7 @@ def _random_call(rng: random.Random, state: PoolState) -> tuple[str, tuple]:
                       rng.random() < 0.2)
     if name == "move_block_hashes":
         return name, (rng.choice(held), rng.choice(held))
-    if name == "reset_prefix_cache":
+    if name in ("reset_prefix_cache", "get_usage"):
         return name, ()
     if name == "emit_cached_block_events":
         hashes = _request_hashes(rng)
@@ -106,8 +106,8 @@ def _spoiled(rng: random.Random, state: PoolState, name: str, args: tuple) -> tu
 
 
 def _rejection(name: str, state: PoolState, args: tuple):
-    if name == "reset_prefix_cache":
-        return None  # refusal is a result, not an error
+    if name in ("reset_prefix_cache", "get_usage"):
+        return None  # a refused reset is a result, not an error; usage is always valid
     if name == "cache_partial_block":
         args = args[:-1]  # replace_existing cannot make a call invalid
     return getattr(pre, f"{name}_rejection")(state, *args)

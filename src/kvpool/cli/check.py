@@ -13,8 +13,11 @@ harness catch it; ``--list-planted`` (hidden) names them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 from typing import TextIO
 
 from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
@@ -41,7 +44,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="skip BEHAVIOUR.md §12's invalid calls (pools that do not validate)")
     parser.add_argument("--no-shrink", action="store_true",
                         help="report the first failure as found, without minimising it")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--vllm-version", metavar="V", default=None,
+                        help="check the vllm backend within version V's API (default: the "
+                        "installed version's, detected)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (anything else written to stdout while "
+                        "checking, e.g. vLLM's log, goes to stderr)")
+    parser.add_argument("--exhaustive", nargs="*", metavar="SCOPE", default=None,
+                        help="instead of sampling, walk every reachable state of tiny pools "
+                        "with every in-scope call (scopes: small ones by default; also "
+                        "two-groups, medium, large, large-coarse, large-caching-off, all)")
     parser.add_argument("--layer", choices=("pool", "stack"), default="pool",
                         help="pool: the block pool verbs (default); stack: the whole KV cache "
                         "manager stack, per model configuration (kvpool.cli.check_stack)")
@@ -74,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from kvpool.harness import run_check
     from kvpool.harness.planted import PLANTED
 
+    if args.exhaustive is not None:
+        return run_exhaustive(args)
     if args.list_planted:
         for name, cls in PLANTED.items():
             print(f"{name:28} {cls.bug}")
@@ -94,16 +108,19 @@ def run(args: argparse.Namespace) -> int:
         if why:
             print(f"kvpool check: {why}", file=sys.stderr)
             return 2
+    if args.vllm_version:
+        backends = [f"vllm:{args.vllm_version}" if b == "vllm" else b for b in backends]
     try:
-        report = run_check(
-            backends,
-            args.steps,
-            args.seed,
-            num_blocks=args.num_blocks,
-            invalid_calls=not args.valid_only,
-            shrink=not args.no_shrink,
-            progress=None if args.json else _progress_bar(sys.stderr),
-        )
+        with _stdout_to_stderr(args.json):
+            report = run_check(
+                backends,
+                args.steps,
+                args.seed,
+                num_blocks=args.num_blocks,
+                invalid_calls=not args.valid_only,
+                shrink=not args.no_shrink,
+                progress=None if args.json else _progress_bar(sys.stderr),
+            )
     except BackendUnavailable as exc:
         print(f"kvpool check: {exc}", file=sys.stderr)
         return 2
@@ -116,6 +133,62 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def run_exhaustive(args: argparse.Namespace) -> int:
+    """``kvpool check --exhaustive [SCOPE ...]``: counts of states and transitions per scope."""
+    from kvpool.verify.exhaustive import LARGE_SCOPES, SCOPES, SMALL_SCOPES, explore
+
+    names = args.exhaustive or [s.name for s in SMALL_SCOPES]
+    if names == ["all"]:
+        names = [s.name for s in SMALL_SCOPES + LARGE_SCOPES]
+    unknown = [n for n in names if n not in SCOPES]
+    if unknown:
+        print(f"kvpool check: unknown scope(s) {', '.join(unknown)}; known: "
+              f"{', '.join(SCOPES)}", file=sys.stderr)
+        return 2
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if args.backends == "spec,reference":  # the sampling default; exhaustive checks all three
+        backends = ["spec", "reference", "fast"]
+    if args.planted:
+        backends.append(f"planted:{args.planted}")
+    try:
+        reports = [explore(SCOPES[n], backends) for n in names]
+    except BackendUnavailable as exc:
+        print(f"kvpool check: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.to_json() for r in reports]))
+    else:
+        for r in reports:
+            verdict = "ok" if r.ok else "FAILED"
+            print(f"{verdict:6} {r.states:6} states {r.transitions:8} transitions "
+                  f"({r.accepted} accepted, {r.rejected} rejected, depth {r.depth}) "
+                  f"{r.seconds:6.1f} s  {r.scope}")
+            if r.failure:
+                print(r.failure)
+    return 0 if all(r.ok for r in reports) else 1
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool) -> Iterator[None]:
+    """Send file descriptor 1 to stderr while checking, so ``--json`` prints only JSON.
+
+    At the descriptor level: vLLM 0.25.1's logging handler holds the original ``sys.stdout``
+    object, which Python-level redirection would not catch.
+    """
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def format_report(report) -> str:
     """The human-readable summary of one check."""
     lines = [
@@ -124,9 +197,15 @@ def format_report(report) -> str:
         f"steps: {report.steps} in {report.examples} examples, {report.elapsed_s:.1f} s "
         f"({report.steps_per_s:,.0f} steps/s)",
         f"divergences: {report.divergences}, invariant violations: {report.invariant_violations}",
+        f"PYTHONHASHSEED: {report.hash_seed}",
     ]
+    if report.not_generated:
+        lines.append("not generated (outside a backend's API): " + ", ".join(report.not_generated))
+    for what, calls in report.documented_deviations.items():
+        lines.append(f"documented deviation, tolerated in {calls} call(s): {what}")
     if not report.ok:
-        lines.append(f"first failure after {report.steps_to_first_divergence} steps:")
+        lines.append(f"first failure after {report.steps_to_first_divergence} steps"
+                     + (f", in rule {report.failure_rule}:" if report.failure_rule else ":"))
         lines.append(report.failure or "")
         if report.reproduction and report.reproduction not in (report.failure or ""):
             lines += ["", "Minimal reproduction:", report.reproduction]

@@ -4,7 +4,8 @@ A backend is given as
 
 * a name of :data:`kvpool.backends.BACKENDS` (``"spec"``, ``"reference"``, ``"fast"``);
 * ``"planted:<name>"``, one of the deliberately broken pools of :mod:`kvpool.harness.planted`;
-* ``"vllm"``, vLLM's own ``BlockPool`` behind :mod:`kvpool.harness.vllm_adapter`;
+* ``"vllm"``, vLLM's own ``BlockPool`` behind :mod:`kvpool.harness.vllm_adapter`, checked
+  within the installed version's API; ``"vllm:0.25.1"`` narrows that scope to a version's;
 * any callable ``factory(num_blocks, **options) -> pool`` (e.g. an adapter class). Options are
   ``make_pool``'s keyword arguments.
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from kvpool.backends import BACKENDS, backend_class
 from kvpool.errors import BackendUnavailable
+from kvpool.harness.config import FULL_API, PoolApi
 
 PoolFactory = Callable[..., Any]
 
@@ -34,6 +36,9 @@ class Backend:
     source: str
     """Python expression for ``lockstep([...])`` in a reproduction (a string literal or a
     dotted name of an importable factory)."""
+
+    api: PoolApi = FULL_API
+    """The calls this pool offers; the harness generates no others."""
 
     def make(self, num_blocks: int, **options: Any) -> Any:
         return self.factory(num_blocks, **options)
@@ -52,11 +57,16 @@ def _named_backend(name: str) -> Backend:
 
         cls = planted_class(name.removeprefix("planted:"))
         return Backend(name, cls, repr(name))
-    if name == "vllm":
-        from kvpool.harness.vllm_adapter import make_vllm_pool, require_vllm
+    if name == "vllm" or name.startswith("vllm:"):
+        from kvpool.harness.vllm_adapter import require_vllm, vllm_factory
 
         require_vllm()
-        return Backend(name, make_vllm_pool, repr(name))
+        version = name.partition(":")[2] or None
+        try:
+            factory = vllm_factory(version)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from None
+        return Backend("vllm", factory, repr(name), factory.pool_api)
     if name not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
     cls = backend_class(name)
@@ -81,7 +91,7 @@ def resolve_backend(spec: str | PoolFactory | Backend) -> Backend:
         module = getattr(spec, "__module__", None)
         qualname = getattr(spec, "__qualname__", None)
         source = f"{module}.{qualname}" if module and qualname else repr(label)
-        return Backend(str(label), spec, source)
+        return Backend(str(label), spec, source, getattr(spec, "pool_api", FULL_API))
     raise TypeError(f"a backend is a name or a pool factory, got {spec!r}")
 
 
@@ -96,7 +106,8 @@ def resolve_backends(specs: Sequence[str | PoolFactory | Backend]) -> tuple[Back
         count = seen.get(backend.label, 0) + 1
         seen[backend.label] = count
         if count > 1:
-            backend = Backend(f"{backend.label}#{count}", backend.factory, backend.source)
+            backend = Backend(f"{backend.label}#{count}", backend.factory, backend.source,
+                              backend.api)
         out.append(backend)
     return tuple(out)
 

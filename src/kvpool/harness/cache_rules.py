@@ -22,21 +22,19 @@ from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
 class CacheRules(PoolMachine):
     """The prefix-cache writes and reports (see the module docstring)."""
 
+    rules_are_valid = True
 
     def cacheable_tables(self) -> list[Table]:
-        return [
-            t for t in self.tables
-            if t.num_cached < min(len(t.blocks), len(self.hashes(t.request)))
-        ]
+        return [t for t in self.tables if (r := self.cacheable_range(t))[0] < r[1]]
 
-    @precondition(lambda self: self.cacheable_tables())
+    @precondition(lambda self: self.config.enable_caching and self.cacheable_tables())
     @rule(t=PICK, k=PICK, masked=st.booleans(),
           bits=st.lists(st.booleans(), min_size=1, max_size=4))
     def caching_full_blocks_keys_each_new_position(self, t: int, k: int, masked: bool,
                                                     bits: list[bool]) -> None:
         tables = self.cacheable_tables()
         table = tables[t % len(tables)]
-        limit = min(len(table.blocks), len(self.hashes(table.request)))
+        _, limit = self.cacheable_range(table)
         num_full = table.num_cached + 1 + k % (limit - table.num_cached)
         mask = [bits[i % len(bits)] for i in range(num_full - table.num_cached)] if masked else None
         self.step(
@@ -73,10 +71,12 @@ class CacheRules(PoolMachine):
     def partial_candidates(self, shorter_only: bool = False) -> list[tuple[Table, int, int]]:
         """(table, position, highest fine index usable) for non-null blocks with hashes."""
         out = []
+        # Pools before vLLM 0.33 take only boundaries strictly inside a block (bs > hbs).
+        widest = self.ratio if self.api.partial_any_boundary else self.ratio - 1
         for t in self.tables:
             fine = len(t.request.block_hashes)
             for p, b in enumerate(t.blocks):
-                top = min(self.ratio, fine - p * self.ratio)
+                top = min(widest, fine - p * self.ratio)
                 if b == NULL_BLOCK_ID or top < 1:
                     continue
                 if shorter_only:
@@ -95,6 +95,7 @@ class CacheRules(PoolMachine):
         table, p, top = candidates[k % len(candidates)]
         num_tokens = p * self.bs + (1 + j % top) * self.hbs
         block, g = table.blocks[p], group % len(self.groups)
+        replace = replace and self.api.replace_existing_hashes
         self.step(f"block {block} gets a prefix entry ending at token {num_tokens} (group {g})")
         self.pool.cache_partial_block(table.request, block, num_tokens, g, self.bs, replace)
 
@@ -118,7 +119,8 @@ class CacheRules(PoolMachine):
         keys = self.state.primary_key
         return [b for b in held if keys[b] is not None], [b for b in held if keys[b] is None]
 
-    @precondition(lambda self: self.config.enable_caching and all(self.move_candidates()))
+    @precondition(lambda self: self.config.enable_caching and self.api.move_block_hashes
+                  and all(self.move_candidates()))
     @rule(a=PICK, b=PICK)
     def move_hands_the_cache_identity_to_a_private_copy(self, a: int, b: int) -> None:
         sources, targets = self.move_candidates()
@@ -146,7 +148,7 @@ class CacheRules(PoolMachine):
             "evict_blocks drops keys only",
         )
 
-    @precondition(lambda self: self.tables)
+    @precondition(lambda self: self.api.emit_cached_block_events and self.tables)
     @rule(t=PICK, n=PICK)
     def emitting_cached_block_events_reports_the_whole_prefix(self, t: int, n: int) -> None:
         table = self.tables[t % len(self.tables)]

@@ -20,11 +20,12 @@ from typing import Any
 
 from kvpool.errors import BackendUnavailable
 from kvpool.harness.backends import Backend, PoolFactory, resolve_backends
-from kvpool.harness.config import HarnessConfig
+from kvpool.harness.config import HarnessConfig, common_api
 from kvpool.harness.differential import build_machine, run_machine
 from kvpool.harness.driver import Divergence
 from kvpool.harness.machine import StepCounter
 from kvpool.harness.profiles import get_profile
+from kvpool.harness.reproduction import hash_seed
 
 DEFAULT_SHAPES: tuple[HarnessConfig, ...] = (
     HarnessConfig(num_blocks=16, hash_block_size=2, block_size=4),
@@ -32,6 +33,9 @@ DEFAULT_SHAPES: tuple[HarnessConfig, ...] = (
     HarnessConfig(num_blocks=32, hash_block_size=1, block_size=1, enable_kv_cache_events=False),
     HarnessConfig(num_blocks=12, hash_block_size=2, block_size=4, enable_caching=False),
     HarnessConfig(num_blocks=24, hash_block_size=2, block_size=4, num_groups=3),
+    HarnessConfig(num_blocks=16, hash_block_size=2, block_size=4, request_extras=True),
+    HarnessConfig(num_blocks=12, hash_block_size=2, block_size=4, request_extras=True,
+                  extra_options={"num_hash_lookahead_tokens": 2, "use_int_block_hashes": False}),
 )
 """Pool shapes a check cycles through (backends are filled in by :func:`run_check`)."""
 
@@ -56,6 +60,13 @@ class CheckReport:
     failure: str | None = None
     reproduction: str | None = None
     shapes: list[str] = field(default_factory=list)
+    documented_deviations: dict[str, int] = field(default_factory=dict)
+    """Deviations tolerated because BEHAVIOUR.md documents them (description → calls)."""
+    not_generated: list[str] = field(default_factory=list)
+    """Call families left out because a backend's version lacks them (its API scope)."""
+    hash_seed: str = field(default_factory=hash_seed)
+    failure_rule: str | None = None
+    """The rule whose call failed: a §12 invalid-call rule names the documented row."""
 
     @property
     def ok(self) -> bool:
@@ -93,13 +104,17 @@ def run_check(
         seed = random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     counter = StepCounter()
-    report = CheckReport([b.label for b in resolved], 0, 0, 0, 0.0, seed)
+    api = common_api([b.api for b in resolved])
+    report = CheckReport([b.label for b in resolved], 0, 0, 0, 0.0, seed,
+                         not_generated=api.missing())
     start = time.perf_counter()
     run_index = 0
+    shapes = [s for s in shapes if api.lookahead
+              or not s.extra_options.get("num_hash_lookahead_tokens")] or list(shapes)
     while counter.steps < steps:
         shape = shapes[run_index % len(shapes)]
         cfg = replace(shape, backends=resolved, invalid_calls=invalid_calls,
-                      raising_watchers=invalid_calls)
+                      raising_watchers=invalid_calls, api=api)
         if num_blocks is not None:
             cfg = replace(cfg, num_blocks=num_blocks)
         if cfg.describe() not in report.shapes:
@@ -117,6 +132,8 @@ def run_check(
                             shrink_seconds=shrink_seconds)
         except Divergence as error:
             _record_failure(report, error.kind, str(error), error.reproduction)
+            first = counter.first_divergence
+            report.failure_rule = first.rule if first is not None else error.rule
             break
         except BackendUnavailable:
             raise  # a setup problem, not a finding
@@ -132,19 +149,23 @@ def run_check(
     report.examples = counter.examples
     report.steps_per_s = counter.steps / report.elapsed_s if report.elapsed_s else 0.0
     report.steps_to_first_divergence = counter.first_divergence_at
+    report.documented_deviations = dict(counter.deviations)
     return report
 
 
 @contextmanager
 def _quiet_pool_warnings() -> Iterator[None]:
-    """Mute the pool's warnings: a check refuses thousands of resets on purpose."""
-    logger = logging.getLogger("kvpool")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """Mute the pools' warnings (kvpool's and vLLM's): a check refuses thousands of resets on
+    purpose, and vLLM logs each one."""
+    loggers = [logging.getLogger(name) for name in ("kvpool", "vllm")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _record_failure(report: CheckReport, kind: str, text: str, reproduction: str | None) -> None:

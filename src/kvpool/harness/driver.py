@@ -25,7 +25,9 @@ from typing import Any, NamedTuple
 
 from kvpool.errors import CallbackError, InvalidEvent, KvPoolError
 from kvpool.events import EventContext, EventGap, cache_index_of, replay
+from kvpool.harness import set_order
 from kvpool.harness.backends import Backend, PoolFactory, resolve_backends
+from kvpool.harness.config import FULL_API
 from kvpool.harness.reproduction import Reproduction
 from kvpool.harness.requests import make_request
 from kvpool.harness.values import Foreign, WatcherKind, WatcherRefused, normalize
@@ -37,15 +39,19 @@ class Divergence(AssertionError):
 
     ``kind`` is one of ``"outcome"``, ``"watchers"``, ``"metrics"``, ``"state"``,
     ``"rejected-mutated"``, ``"query-mutated"``, ``"invariant"``, ``"events"``,
-    ``"oracle-crash"``; ``reproduction``
+    ``"oracle-crash"``, or ``"harness"`` (a rule meant to be valid made a call the oracle
+    rejects: a bug in the harness's model, not in a pool); ``reproduction``
     is a pytest function replaying the calls up to and including the failing one.
     """
 
-    def __init__(self, kind: str, call: str, detail: str, reproduction: str) -> None:
+    def __init__(self, kind: str, call: str, detail: str, reproduction: str,
+                 rule: str | None = None) -> None:
         self.kind = kind
         self.call = call
         self.detail = detail
         self.reproduction = reproduction
+        self.rule = rule
+        """The state-machine rule that made the call (``None`` outside a machine)."""
         super().__init__(f"[{kind}] at {call}\n{detail}\n\nReproduction:\n{reproduction}")
 
     @property
@@ -138,6 +144,11 @@ class Lockstep:
         )
         self.log = Reproduction(setup=self._setup_source())
         self.pools = [b.make(num_blocks, **options) for b in self.backends]
+        self.set_ordered = [
+            getattr(p, "pool_api", FULL_API).secondary_key_order == "set" for p in self.pools
+        ]
+        self.deviations: dict[str, int] = {}
+        """Documented deviations tolerated so far (description → calls), e.g. set order."""
         self.siblings: list[Any] | None = None
         self.sibling_abstracts: list[Any] = []
         self.fired: list[list[tuple[int, int]]] = [[] for _ in self.pools]
@@ -146,6 +157,9 @@ class Lockstep:
         self.taken_events: list[Any] = []
         self._rereported: set[int] = set()
         self.requests_made = 0
+        self.rule: str | None = None
+        self.must_accept = False
+        """Set by the state machine per rule: the oracle must accept every call it makes."""
         self.abstracts = [p.abstract() for p in self.pools]
         self._check_states("construction", self.pools, self.abstracts)
 
@@ -170,8 +184,9 @@ class Lockstep:
     def sibling_state(self) -> Any:
         return self.sibling_abstracts[0].state if self.siblings else None
 
-    def make_request(self, token_ids: Sequence[int]) -> Any:
-        """A request hashed like the pools' (logged as ``rN = pool.make_request([...])``)."""
+    def make_request(self, token_ids: Sequence[int], extras: int = 0) -> Any:
+        """A request hashed like the pools' (logged as ``rN = pool.make_request([...])``),
+        with the extra-key inputs ``REQUEST_EXTRAS[extras]`` (LoRA, multimodal, salt)."""
         name = f"r{self.requests_made}"
         self.requests_made += 1
         request = make_request(
@@ -179,9 +194,11 @@ class Lockstep:
             hash_block_size=self.hash_block_size,
             request_id=name,
             num_hash_lookahead_tokens=self.lookahead,
+            extras=extras,
         )
         aliases = {h: f"{name}.block_hashes[{i}]" for i, h in enumerate(request.block_hashes)}
-        self.log.define(name, request, f"pool.make_request({list(token_ids)!r})", aliases)
+        extra = f", extras={extras}" if extras else ""
+        self.log.define(name, request, f"pool.make_request({list(token_ids)!r}{extra})", aliases)
         return request
 
     def _ensure_siblings(self) -> None:
@@ -282,7 +299,7 @@ class Lockstep:
     def fail(self, kind: str, detail: str) -> Divergence:
         """A :class:`Divergence` at the last logged call (for the caller to raise)."""
         call = self.log.lines[-1] if self.log.lines else "construction"
-        error = Divergence(kind, call, detail, self.log.render_test())
+        error = Divergence(kind, call, detail, self.log.render_test(), self.rule)
         if self.on_divergence is not None:
             self.on_divergence(error)
         return error
@@ -307,6 +324,13 @@ class Lockstep:
             except Exception as exc:  # noqa: BLE001 - every outcome is compared below
                 outcomes.append((False, exc))
         reply = self._check_outcomes(outcomes)
+        if self.must_accept and reply.rejected:
+            raise self.fail(
+                "harness",
+                f"rule {self.rule} meant this call to be valid, but the oracle "
+                f"({self.labels[0]}) rejects it with {reply.error!r}: the machine's model is "
+                "wrong, not the pools",
+            )
         self._check_fired()
         self._check_metrics()
         if on_siblings or uses_foreign:
@@ -333,7 +357,13 @@ class Lockstep:
         oracle = self.labels[0]
         if not ok0 and not isinstance(v0, KvPoolError):
             raise self.fail("oracle-crash", f"{oracle} raised {v0!r}") from v0
-        for label, (ok, v) in zip(self.labels[1:], outcomes[1:], strict=True):
+        for i, (label, (ok, v)) in enumerate(
+            zip(self.labels[1:], outcomes[1:], strict=True), start=1
+        ):
+            if ok and ok0 and self.set_ordered[i] and isinstance(v, list) and isinstance(v0, list):
+                v, moved = set_order.align_events(v0, v)  # take_events: removals in set order
+                if moved:
+                    self._deviation(set_order.DEVIATION)
             mismatch = ok != ok0 or (not ok and type(v) is not type(v0))
             if not mismatch and ok and normalize(v) != normalize(v0):
                 mismatch = True
@@ -393,7 +423,10 @@ class Lockstep:
                          which: str) -> None:
         if not (query or reply.rejected):
             return
-        for label, before, after in zip(self.labels, old, new, strict=True):
+        for i, (label, before, after) in enumerate(zip(self.labels, old, new, strict=True)):
+            if self.set_ordered[i] and before != after:
+                after, _ = set_order.align_abstract(before, after)  # the stored value may be
+                # aligned to the oracle's order already; the pool's own is still set order
             if before != after:
                 kind = "query-mutated" if query else "rejected-mutated"
                 why = "a query" if query else f"a rejected call ({reply.error!r})"
@@ -403,8 +436,16 @@ class Lockstep:
                     + describe_difference(before, after),
                 )
 
+    def _deviation(self, what: str) -> None:
+        self.deviations[what] = self.deviations.get(what, 0) + 1
+
     def _check_states(self, which: str, pools: list, new: list) -> None:
         expected = new[0]
+        for i in range(1, len(new)):
+            if self.set_ordered[i] and new[i] != expected:
+                new[i], moved = set_order.align_abstract(expected, new[i])
+                if moved:
+                    self._deviation(set_order.DEVIATION)
         for label, actual in zip(self.labels[1:], new[1:], strict=True):
             if actual != expected:
                 detail = f"{which} state of {label} differs from {self.labels[0]}:\n"

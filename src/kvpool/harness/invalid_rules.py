@@ -41,6 +41,8 @@ def _invalid(self: Any) -> bool:
 class InvalidCallRules(PoolMachine):
     """:class:`PoolMachine` plus §12's invalid calls (each must be rejected, changing nothing)."""
 
+    rules_are_valid = False
+
     def expect_rejected(self, reply: Reply, what: str, error: type | None = None) -> None:
         ok = reply.rejected and (error is None or isinstance(reply.error, error))
         expected = error.__name__ if error else "a typed error"
@@ -134,6 +136,8 @@ class InvalidCallRules(PoolMachine):
         group = 0
         if op == "unpin_blocks" and not self.config.watchers:
             op = "touch"  # a pool without unpinning gets the other batch verb instead
+        if op in ("is_block_writable", "move_block_hashes") and not getattr(self.api, op):
+            op = "evict_blocks"  # outside the pool's version: another id-taking call
         if op == "touch":
             queued = self.queued_keyed()
             return self.pool.touch(queued[:1] + prefix + [bad])
@@ -176,7 +180,8 @@ class InvalidCallRules(PoolMachine):
         request = self.some_request(k)
         hashes = self.hashes(request)
         self.step(f"{op} with group id {g!r}")
-        if op == "get_cached_block":
+        if op == "get_cached_block" or (op == "emit_cached_block_events"
+                                        and not self.api.emit_cached_block_events):
             reply = self.pool.get_cached_block(hashes[0] if hashes else b"\0" * 32, [0, g])
         elif op == "emit_cached_block_events":
             reply = self.pool.emit_cached_block_events(request, len(hashes), self.bs, g)
@@ -208,7 +213,7 @@ class InvalidCallRules(PoolMachine):
         if kind == "mask_length":
             mask = [True] * (full - cached + 1)
         elif kind == "hashes_too_short":
-            full = available + 1
+            full = max(available, cached) + 1  # past num_cached too, or it is a silent no-op
             blocks += blocks[:1] * max(0, full - len(blocks))
         elif kind == "beyond_blocks":
             full = len(blocks) + 1
@@ -256,7 +261,7 @@ class InvalidCallRules(PoolMachine):
             reply = self.pool.cache_full_blocks(request, [b], 0, 1, self.bs, 0)
         self.expect_rejected(reply, f"caching free block {b}")
 
-    @precondition(_invalid)
+    @precondition(lambda self: _invalid(self) and self.api.move_block_hashes)
     @rule(kind=st.sampled_from(BAD_MOVES), k=PICK)
     def move_with_null_same_or_keyed_destination_is_rejected(self, kind: str, k: int) -> None:
         held = self.held_blocks() or [1]

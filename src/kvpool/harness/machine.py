@@ -19,6 +19,7 @@ each rule's name is a claim it asserts (``self.expect``).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,7 +35,12 @@ from hypothesis.stateful import (
 
 from kvpool.harness.config import HarnessConfig
 from kvpool.harness.driver import Divergence, Lockstep, Reply
-from kvpool.harness.requests import SHARED_PREFIXES, TOKEN_ALPHABET, coarse_hashes
+from kvpool.harness.requests import (
+    REQUEST_EXTRAS,
+    SHARED_PREFIXES,
+    TOKEN_ALPHABET,
+    coarse_hashes,
+)
 from kvpool.keys import key_group, key_hash, pack_key
 from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
 
@@ -65,6 +71,12 @@ class StepCounter:
         self.examples = 0
         self.first_divergence_at: int | None = None
         self.first_divergence: Divergence | None = None
+        self.deviations: dict[str, int] = {}
+        """Documented deviations the lockstep tolerated (description → calls), all examples."""
+
+    def add_deviations(self, seen: dict[str, int]) -> None:
+        for what, n in seen.items():
+            self.deviations[what] = self.deviations.get(what, 0) + n
 
     def divergence_seen(self, error: Divergence) -> None:
         if self.first_divergence_at is None:
@@ -73,10 +85,18 @@ class StepCounter:
 
 
 class PoolMachine(RuleBasedStateMachine):
-    """Valid operations (see module docstring); subclassed per configuration."""
+    """Valid operations (see module docstring); subclassed per configuration.
+
+    ``rules_are_valid``: every call made by a rule defined in this class (or a subclass that
+    keeps the flag in its own body) must be accepted by the oracle. A rejection there is a
+    harness bug (a rule that believes its arguments valid when the spec says otherwise), so
+    the lockstep fails loudly with kind ``"harness"`` instead of hiding it behind equal
+    errors. Rule classes that make invalid calls on purpose set it to ``False``.
+    """
 
     config: ClassVar[HarnessConfig] = HarnessConfig()
     counter: ClassVar[StepCounter] = StepCounter()
+    rules_are_valid: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,9 +126,22 @@ class PoolMachine(RuleBasedStateMachine):
         self.counter.divergence_seen(error)
 
     def step(self, text: str) -> None:
-        """Count one rule application and describe it in domain words."""
+        """Count one rule application and describe it in domain words.
+
+        Also tells the lockstep whether the running rule's calls must all be accepted: the
+        rule is the caller, and the class that defines it says (``rules_are_valid``).
+        """
         self.counter.steps += 1
+        self.pool.rule = sys._getframe(1).f_code.co_name
+        self.pool.must_accept = self._rule_is_valid(self.pool.rule)
         note(text)
+
+    @classmethod
+    def _rule_is_valid(cls, name: str) -> bool:
+        for klass in cls.__mro__:
+            if name in vars(klass):
+                return bool(vars(klass).get("rules_are_valid", False))
+        return False
 
     def expect(self, claim: bool, message: str) -> None:
         """A rule's own claim about the oracle's answer (the spec checked against §6)."""
@@ -136,12 +169,51 @@ class PoolMachine(RuleBasedStateMachine):
                     seen[b] = None
         return list(seen)
 
+    @property
+    def api(self) -> Any:
+        """The calls the pools under test offer (:class:`~kvpool.harness.config.PoolApi`)."""
+        return self.config.api
+
+    def release_batch(self, blocks: list[int]) -> list[int]:
+        """A ``free_blocks`` batch for ``blocks``: without the null block for pools that
+        count its references (vLLM < 0.33), where passing it would change its ref count."""
+        if self.api.null_block_skipped:
+            return list(blocks)
+        return [b for b in blocks if b != NULL_BLOCK_ID]
+
     def tables_with_blocks(self) -> list[Table]:
         return [t for t in self.tables if any(b != NULL_BLOCK_ID for b in t.blocks)]
 
     def queued_keyed(self) -> list[int]:
         keys = self.state.primary_key
         return [b for b in self.state.free_queue if keys[b] is not None]
+
+    def cacheable_range(self, table: Table) -> tuple[int, int]:
+        """``(first, limit)``: positions ``[first, n)`` of ``table`` may be cached, n ≤ limit.
+
+        Leading positions whose block already carries a key covering the whole position (a
+        partial entry that completed the block, keys moved onto it by ``move_block_hashes``)
+        count as cached: ``table.num_cached`` advances over them, as a manager that saw the
+        key would. The range then stops before the next position the spec would refuse:
+        a block already keyed that far, or one listed twice.
+        """
+        hashes = len(self.hashes(table.request))
+        tokens = self.state.primary_tokens
+        end = min(len(table.blocks), hashes)
+
+        def covered(p: int) -> bool:
+            b = table.blocks[p]
+            return b != NULL_BLOCK_ID and tokens[b] is not None and tokens[b] >= (p + 1) * self.bs
+
+        while table.num_cached < end and covered(table.num_cached):
+            table.num_cached += 1
+        seen: set[int] = set()
+        limit = table.num_cached
+        while limit < end and not covered(limit) and table.blocks[limit] not in seen:
+            if table.blocks[limit] != NULL_BLOCK_ID:
+                seen.add(table.blocks[limit])
+            limit += 1
+        return table.num_cached, limit
 
     def add_table(self, request: Any, reply: Reply, group: int, prefix: list[int] = ()) -> None:
         """Record the blocks an allocation handed out (also when a watcher raised after it)."""
@@ -165,6 +237,21 @@ class PoolMachine(RuleBasedStateMachine):
         tokens = [*SHARED_PREFIXES[prefix], *suffix]
         self.step(f"a request arrives with {len(tokens)} tokens (shared prefix {prefix})")
         self.requests.append(self.pool.make_request(tokens))
+
+    @precondition(lambda self: self.config.request_extras
+                  and len(self.requests) < self.config.max_requests)
+    @rule(prefix=st.integers(0, len(SHARED_PREFIXES) - 1),
+          suffix=st.lists(st.sampled_from(TOKEN_ALPHABET), max_size=12),
+          extras=st.integers(1, len(REQUEST_EXTRAS) - 1))
+    def a_request_with_lora_multimodal_or_salt_arrives(self, prefix: int, suffix: list[int],
+                                                       extras: int) -> None:
+        allowed = [i for i, e in enumerate(REQUEST_EXTRAS)
+                   if i and (self.api.mm_window_index or "mm_features" not in e)]
+        extras = allowed[extras % len(allowed)]
+        tokens = [*SHARED_PREFIXES[prefix], *suffix]
+        self.step(f"a request with extra keys {sorted(REQUEST_EXTRAS[extras])} arrives "
+                  f"with {len(tokens)} tokens")
+        self.requests.append(self.pool.make_request(tokens, extras))
 
     # -- the scheduler's common path -----------------------------------------------------------
 
@@ -196,7 +283,7 @@ class PoolMachine(RuleBasedStateMachine):
             # Out of room: finish the oldest request, as a scheduler would, so its cached
             # blocks become eviction candidates at the tail of the queue.
             oldest = self.tables[0]
-            if self.pool.free_blocks(list(reversed(oldest.blocks))).rejected:
+            if self.pool.free_blocks(self.release_batch(oldest.blocks[::-1])).rejected:
                 break
             self.release(oldest)
         reply = self.pool.get_new_blocks(max(0, min(wanted, self.free_count())))
@@ -204,7 +291,7 @@ class PoolMachine(RuleBasedStateMachine):
             return
         self.add_table(request, reply, group, hits)
         table = self.tables[-1]
-        num_full = min(len(table.blocks), len(hashes))
+        _, num_full = self.cacheable_range(table)
         if self.config.enable_caching and num_full > table.num_cached:
             reply = self.pool.cache_full_blocks(request, list(table.blocks), table.num_cached,
                                                 num_full, self.bs, group)
@@ -327,6 +414,7 @@ class PoolMachine(RuleBasedStateMachine):
                                       f"{list(self.pool.sibling_state.ref_cnt)}")
 
     def teardown(self) -> None:
+        self.counter.add_deviations(self.pool.deviations)
         # A last replay check per example; skipped after a failure, whose report must stand.
         if not self.failed and self.pool.events_enabled:
             self.pool.take_events()

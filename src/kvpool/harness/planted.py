@@ -189,6 +189,37 @@ class SecondaryKeysReversed(ReferenceBlockPool):
         return super()._remove_cached_block_hashes(block)
 
 
+@_planted("touch_repeat_counted_once", "touch of a block listed twice takes one reference")
+class TouchRepeatCountedOnce(ReferenceBlockPool):
+    """``_core_touch`` that de-duplicates the batch (a set where a list was meant)."""
+
+    def _core_touch(self, ids):
+        super()._core_touch(tuple(dict.fromkeys(ids)))
+
+
+@_planted("free_repeat_counted_once", "free_blocks releases a block listed twice only once")
+class FreeRepeatCountedOnce(ReferenceBlockPool):
+    """``_core_free`` that de-duplicates the batch after validating it."""
+
+    def _core_free(self, ids):
+        error = pre.free_blocks_rejection(self.state_view, ids)
+        if error:
+            raise error
+        super()._core_free(tuple(dict.fromkeys(ids)))
+
+
+@_planted("writable_ignores_holders", "is_block_writable asks for a holder, not the only one")
+class WritableIgnoresHolders(ReferenceBlockPool):
+    """``_core_is_block_writable`` testing ``ref_cnt >= 1`` instead of ``== 1``."""
+
+    def _core_is_block_writable(self, block_id):
+        error = pre.is_block_writable_rejection(self.state_view, block_id)
+        if error:
+            raise error
+        block = self.blocks[block_id]
+        return not block.is_null and block.ref_cnt >= 1 and block.block_hash is None
+
+
 def steps_to_detection(names=None, *, steps: int = 20_000, seed: int = 0,
                        oracle: str = "spec") -> dict[str, int | None]:
     """For each planted bug, the step at which a check against ``oracle`` first failed."""

@@ -22,13 +22,14 @@ from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
 class ReleaseRules(PoolMachine):
     """Releases, watchers, resets, routing and queries (see the module docstring)."""
 
+    rules_are_valid = True
 
     @precondition(lambda self: self.tables)
     @rule(t=PICK)
     def freeing_a_table_in_reverse_order_evicts_its_tail_first(self, t: int) -> None:
         table = self.tables[t % len(self.tables)]
         self.step(f"{table.request.request_id} finishes: free its table tail first")
-        if not self.pool.free_blocks(list(reversed(table.blocks))).rejected:
+        if not self.pool.free_blocks(self.release_batch(table.blocks[::-1])).rejected:
             self.release(table)
 
     @precondition(lambda self: self.tables)
@@ -36,7 +37,7 @@ class ReleaseRules(PoolMachine):
     def freeing_keeps_the_callers_order_within_each_zone(self, t: int, keys: list[int]) -> None:
         table = self.tables[t % len(self.tables)]
         order = sorted(range(len(table.blocks)), key=lambda i: (keys[i % len(keys)], i))
-        batch = [table.blocks[i] for i in order]
+        batch = self.release_batch([table.blocks[i] for i in order])
         self.step(f"free {table.request.request_id}'s blocks in caller order {batch}")
         if not self.pool.free_blocks(batch).rejected:
             self.release(table)
@@ -101,10 +102,76 @@ class ReleaseRules(PoolMachine):
     def releasing_every_table_then_resetting_clears_the_cache(self, oldest_first: bool) -> None:
         self.step(f"free all {len(self.tables)} tables, then reset the prefix cache")
         for table in list(self.tables if oldest_first else reversed(self.tables)):
-            if not self.pool.free_blocks(list(reversed(table.blocks))).rejected:
+            if not self.pool.free_blocks(self.release_batch(table.blocks[::-1])).rejected:
                 self.release(table)
         reply = self.pool.reset_prefix_cache()
         self.expect(reply.value is True and not self.state.cache, "reset must clear the cache")
+
+    # -- repeated ids within one batch ---------------------------------------------------------
+
+    def touchable_blocks(self) -> list[int]:
+        held = self.held_blocks()
+        return held + [b for b in self.state.free_queue if b not in held]
+
+    @precondition(lambda self: self.requests and self.touchable_blocks())
+    @rule(k=PICK, req=PICK, times=st.integers(2, 3))
+    def touching_a_block_twice_in_one_batch_takes_a_reference_each_time(self, k: int, req: int,
+                                                                       times: int) -> None:
+        candidates = self.touchable_blocks()
+        b = candidates[k % len(candidates)]
+        before = self.state.ref_cnt[b]
+        self.step(f"touch block {b} {times} times in one batch")
+        reply = self.pool.touch([b] * times)
+        self.expect(self.state.ref_cnt[b] == before + times,
+                    f"touch([{b}] * {times}) should add {times} references")
+        if not reply.rejected:  # one holder per touch: a table that lists the block `times` times
+            request = self.requests[req % len(self.requests)]
+            self.tables.append(Table(request, [b] * times, times, 0))
+
+    def tables_sharing_a_block(self) -> list[tuple[Table, Table | None]]:
+        """Tables whose release batch repeats a block: one listing it twice, or two sharing it."""
+        out: list[tuple[Table, Table | None]] = []
+        for i, t in enumerate(self.tables):
+            real = [b for b in t.blocks if b != NULL_BLOCK_ID]
+            if len(set(real)) < len(real):
+                out.append((t, None))
+            for u in self.tables[i + 1:]:
+                if set(real) & set(u.blocks) - {NULL_BLOCK_ID}:
+                    out.append((t, u))
+        return out
+
+    @precondition(lambda self: self.tables_sharing_a_block())
+    @rule(k=PICK)
+    def freeing_a_shared_block_twice_in_one_batch_releases_both_references(self, k: int) -> None:
+        pairs = self.tables_sharing_a_block()
+        first, second = pairs[k % len(pairs)]
+        batch = first.blocks[::-1] + (second.blocks[::-1] if second else [])
+        batch = self.release_batch(batch)
+        self.step(f"free {batch} in one batch (a block appears twice, once per holder)")
+        if not self.pool.free_blocks(batch).rejected:
+            self.release(first)
+            if second is not None:
+                self.release(second)
+
+    def sole_unkeyed_owners(self) -> list[int]:
+        state = self.state
+        return [b for b in self.held_blocks()
+                if state.ref_cnt[b] == 1 and not keys_of_block(state, b)]
+
+    @precondition(lambda self: self.api.is_block_writable and self.requests
+                  and self.sole_unkeyed_owners())
+    @rule(k=PICK, req=PICK)
+    def a_second_holder_makes_an_unkeyed_block_read_only(self, k: int, req: int) -> None:
+        candidates = self.sole_unkeyed_owners()
+        b = candidates[k % len(candidates)]
+        self.step(f"block {b} gets a second holder: no longer writable in place")
+        self.expect(self.pool.is_block_writable(b).value is True,
+                    f"block {b} (ref 1, no key) should be writable")
+        if self.pool.touch([b]).rejected:
+            return
+        self.tables.append(Table(self.requests[req % len(self.requests)], [b], 1, 0))
+        self.expect(self.pool.is_block_writable(b).value is False,
+                    f"block {b} has two holders and should not be writable")
 
     # -- siblings (multi-pool routing) ---------------------------------------------------------
 
@@ -124,7 +191,7 @@ class ReleaseRules(PoolMachine):
                                                              where: int) -> None:
         table = self.tables[t % len(self.tables)]
         foreign = list(dict.fromkeys(self.sibling_held[p % len(self.sibling_held)] for p in picks))
-        batch: list[Any] = list(reversed(table.blocks))
+        batch: list[Any] = self.release_batch(table.blocks[::-1])
         for i, b in enumerate(foreign):
             batch.insert((where + i) % (len(batch) + 1), Foreign(b))
         self.step(f"free {table.request.request_id}'s table together with sibling blocks {foreign}")
@@ -135,6 +202,7 @@ class ReleaseRules(PoolMachine):
 
     # -- queries -----------------------------------------------------------------------------
 
+    @precondition(lambda self: self.api.is_block_writable)
     @rule(b=PICK)
     def writability_means_sole_unkeyed_owner(self, b: int) -> None:
         b %= self.config.num_blocks

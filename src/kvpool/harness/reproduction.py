@@ -15,6 +15,8 @@ calls on every backend and raises the same :class:`~kvpool.harness.driver.Diverg
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,14 @@ IMPORTS = (
     "from kvpool.harness.hostile_values import (COLLECT, COLLECT_RAISING, COLLECT_REENTRANT, "
     "REENTER_ALLOCATE, REENTER_FREE, REENTER_UNPIN, with_hash, without_tokens)"
 )
+
+
+def hash_seed() -> str:
+    """This process's ``PYTHONHASHSEED`` (``"random"`` when unset): set iteration order, and
+    with it vLLM's secondary-key order, depends on it, so a reproduction names it."""
+    if not sys.flags.hash_randomization:
+        return "0"
+    return os.environ.get("PYTHONHASHSEED") or "random"
 
 
 @dataclass
@@ -80,9 +90,11 @@ class Reproduction:
     def render_test(self, name: str = "test_reproduction", *, mark_last: bool = True) -> str:
         """A pytest function replaying the log (imports included)."""
         body = self.render_calls(mark_last=mark_last)
-        lines = [*IMPORTS.splitlines(), "", *body.splitlines()]
+        seed_note = (f"# recorded with PYTHONHASHSEED={hash_seed()} (set order of bytes depends "
+                     "on it; rerun with the same value)")
+        lines = [seed_note, *IMPORTS.splitlines(), "", *body.splitlines()]
         indented = "\n".join("    " + line if line else "" for line in lines)
         return f"def {name}():\n{indented}\n"
 
 
-__all__ = ["IMPORTS", "Reproduction"]
+__all__ = ["IMPORTS", "Reproduction", "hash_seed"]

@@ -46,6 +46,7 @@ from kvpool.spec.postconditions import (
     free_blocks_post,
     get_cached_block_post,
     get_new_blocks_post,
+    get_usage_post,
     is_block_writable_post,
     move_block_hashes_post,
     reset_prefix_cache_post,
@@ -222,6 +223,10 @@ def emit_cached_block_events_valid(
     )
 
 
+def get_usage_valid(state: PoolState) -> bool:
+    return True  # a query of every pool
+
+
 def is_block_writable_valid(state: PoolState, block_id: int) -> bool:
     return (
         given(*ids_in_range(state, (block_id,)))
@@ -247,6 +252,7 @@ CONTRACTS: dict[str, tuple[Callable[..., bool], Callable[..., bool]]] = {
     "reset_prefix_cache": (reset_prefix_cache_valid, reset_prefix_cache_post),
     "emit_cached_block_events": (emit_cached_block_events_valid, emit_cached_block_events_post),
     "is_block_writable": (is_block_writable_valid, is_block_writable_post),
+    "get_usage": (get_usage_valid, get_usage_post),
 }
 """Operation name → (argument validity, postcondition), in the order of :mod:`ops`."""
 
@@ -371,6 +377,12 @@ def emit_cached_block_events(
 @contract_of("is_block_writable")
 def is_block_writable(state: PoolState, block_id: int) -> Outcome:
     return ops.is_block_writable(state, block_id)
+
+
+@contract_of("get_usage")
+def get_usage(state: PoolState) -> Outcome:
+    """``ops.get_usage`` as an outcome (the shell's usage comes from the same function)."""
+    return Outcome(state, ops.get_usage(state))
 
 
 __all__ = ["CONTRACTS", "contract_of", *CONTRACTS]

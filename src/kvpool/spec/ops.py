@@ -386,12 +386,19 @@ def get_num_free_blocks(state: PoolState) -> int:
     return len(state.free_queue)
 
 
-def get_usage(state: PoolState) -> float:
-    """Fraction of usable blocks held: ``1 - free / (N - 1)``, 0 for a one-block pool."""
-    total = state.num_blocks - 1
+def usage_fraction(num_blocks: int, num_free: int) -> float:
+    """``1 - free / (N - 1)`` evaluated exactly so (§6.12: other algebraically equal forms
+    differ in the last bit), ``0`` for a one-block pool. The one place usage is computed:
+    :meth:`kvpool.shell.PoolShell.get_usage` calls it with its free count. O(1)."""
+    total = num_blocks - 1
     if not total:
         return 0
-    return 1.0 - (len(state.free_queue) / total)
+    return 1.0 - (num_free / total)
+
+
+def get_usage(state: PoolState) -> float:
+    """Fraction of usable blocks held; cached candidates and unpinned blocks count as free."""
+    return usage_fraction(state.num_blocks, len(state.free_queue))
 
 
 __all__ = [
@@ -410,4 +417,5 @@ __all__ = [
     "reset_prefix_cache",
     "touch",
     "unpin_blocks",
+    "usage_fraction",
 ]

@@ -403,7 +403,26 @@ def is_block_writable_post(state: PoolState, block_id: int, result: Outcome) -> 
     return result.result == expected and result.state == state and quiet(result)
 
 
+def get_usage_post(state: PoolState, result: Outcome) -> bool:
+    """The held fraction of the N − 1 usable blocks, 1 − free/(N − 1) to the last bit, in
+    [0, 1] (0 for a one-block pool); no change."""
+    usable = state.num_blocks - 1
+    free = len(state.free_queue)
+    expected = 0 if usable == 0 else 1.0 - free / usable
+    value = result.result
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == expected
+        and 0.0 <= value <= 1.0
+        and (usable == 0 or (value == 0.0) == (free == usable))
+        and result.state == state
+        and quiet(result)
+    )
+
+
 __all__ = [
+    "get_usage_post",
     "get_new_blocks_post",
     "touch_post",
     "free_blocks_post",
