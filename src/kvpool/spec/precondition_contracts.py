@@ -34,11 +34,12 @@ from kvpool.errors import (
     KvPoolError,
     NoFreeBlocks,
     NullBlockMisuse,
+    RefCountOverflow,
 )
 from kvpool.keys import MAX_GROUP_ID
 from kvpool.spec import preconditions as pre
 from kvpool.spec.invariants import all_invariants_hold
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState
+from kvpool.spec.state import MAX_REF_CNT, NULL_BLOCK_ID, PoolState
 
 Rows = tuple[type[KvPoolError], ...]
 
@@ -70,8 +71,15 @@ def get_new_blocks_invalid_rows(state: PoolState, num_blocks: int) -> Rows:
     return (NoFreeBlocks,) if num_blocks > len(state.free_queue) else ()
 
 
+def _referenced_too_often(state: PoolState, ids: tuple[int, ...]) -> bool:
+    """kvpool's ref-count limit (docs/api.md): some non-null block would pass MAX_REF_CNT."""
+    return any(b != NULL_BLOCK_ID and state.ref_cnt[b] + ids.count(b) > MAX_REF_CNT for b in ids)
+
+
 def touch_invalid_rows(state: PoolState, block_ids: tuple[int, ...]) -> Rows:
-    return (InvalidBlockId,) if _out_of_range(state, block_ids) else ()
+    if _out_of_range(state, block_ids):
+        return (InvalidBlockId,)
+    return (RefCountOverflow,) if _referenced_too_often(state, block_ids) else ()
 
 
 def free_blocks_invalid_rows(state: PoolState, block_ids: tuple[int, ...]) -> Rows:
