@@ -59,7 +59,7 @@ def test_get_usage_has_a_contract_and_the_exact_value(num_blocks, held):
     assert not get_usage_post(state, outcome._replace(result=held / num_blocks or 0.5))
 
 
-@pytest.mark.parametrize("backend", ["spec", "reference"])
+@pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
 def test_the_shell_takes_usage_from_the_spec(backend, monkeypatch):
     """Seeded: the shell's own formula (a second source of truth) would ignore this."""
     import kvpool.shell as shell

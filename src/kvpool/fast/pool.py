@@ -352,13 +352,6 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         """Free blocks, cached candidates and unpinned blocks included. O(1)."""
         return self._meta.item(k.M_NUM_FREE)
 
-    def get_usage(self) -> float:
-        """``1 - free / (N - 1)``: cached candidates count as free. O(1)."""
-        total = self.num_gpu_blocks - 1
-        if not total:
-            return 0
-        return 1.0 - self._meta.item(k.M_NUM_FREE) / total
-
     # -- core: allocation and release -----------------------------------------------------
 
     def _core_get_new_blocks(self, n: int):
