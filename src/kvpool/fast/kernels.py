@@ -507,6 +507,20 @@ def rehash(keys, table, meta):
 # ===============================================================================================
 
 
+def _lean_pop_refusal(meta, out, n):
+    """Why a lean allocation of ``n`` blocks cannot run (``-code``), or 0: a bad count, too
+    few free blocks, an output too small, or a pending watcher (the full kernel fires it)."""
+    if n < 0:
+        return -ERR_ARGUMENT
+    if n > meta[M_NUM_FREE]:
+        return -ERR_NO_FREE
+    if n > out.shape[0]:
+        return -ERR_CAPACITY
+    if meta[M_NUM_WATCHERS] > 0:
+        return -NEED_FULL
+    return 0
+
+
 def get_new_blocks_unkeyed(blk, meta, out, n):
     """Pop ``n`` blocks when none of them has a key and no watcher is pending (the lean path).
 
@@ -516,14 +530,9 @@ def get_new_blocks_unkeyed(blk, meta, out, n):
     (a popped block would need eviction, or a watcher exists: nothing changed, call
     :func:`get_new_blocks`).
     """
-    if n < 0:
-        return -ERR_ARGUMENT
-    if n > meta[M_NUM_FREE]:
-        return -ERR_NO_FREE
-    if n > out.shape[0]:
-        return -ERR_CAPACITY
-    if meta[M_NUM_WATCHERS] > 0:
-        return -NEED_FULL
+    refused = _lean_pop_refusal(meta, out, n)
+    if refused:
+        return refused
     head = blk.shape[0] - 2
     b = blk[head, NEXT]
     for i in range(n):  # read-only pass: the ids, and whether any needs eviction
@@ -549,14 +558,9 @@ def get_new_blocks_quiet(blk, blk64, ent, keys, table, meta, out, caching, n):
     Returns the first id popped (0 when n == 0), or ``-code``: ERR_ARGUMENT, ERR_NO_FREE,
     NEED_FULL (a watcher exists: nothing changed, call :func:`get_new_blocks`).
     """
-    if n < 0:
-        return -ERR_ARGUMENT
-    if n > meta[M_NUM_FREE]:
-        return -ERR_NO_FREE
-    if n > out.shape[0]:
-        return -ERR_CAPACITY
-    if meta[M_NUM_WATCHERS] > 0:
-        return -NEED_FULL
+    refused = _lean_pop_refusal(meta, out, n)
+    if refused:
+        return refused
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     # No events and no watchers: the events and fired arguments are never written, so any

@@ -97,18 +97,29 @@ class HostileRules(PoolMachine):
 
     # -- key and token types -------------------------------------------------------------
 
-    @precondition(lambda self: _hostile(self) and self.config.enable_caching and any(
-        len(self.hashes(t.request)) > t.num_cached for t in self.tables))
+    def _cacheable_tables(self) -> list[Any]:
+        """Tables with a position past their cached prefix that a hash covers."""
+        return [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
+
+    def _pick_cacheable_table(self, t: int) -> tuple[Any, int] | None:
+        """Table ``t`` of :meth:`_cacheable_tables` and its ``num_full``, or ``None`` when no
+        position can be cached (the precondition saw tables a shrunk run no longer has)."""
+        tables = self._cacheable_tables()
+        if not tables:
+            return None
+        table = tables[t % len(tables)]
+        num_full = min(len(table.blocks), len(self.hashes(table.request)))
+        return None if num_full <= table.num_cached else (table, num_full)
+
+    @precondition(lambda self: _hostile(self) and self.config.enable_caching
+                  and self._cacheable_tables())
     @rule(t=PICK, bad=st.sampled_from(BAD_HASHES), where=PICK)
     def a_hash_that_is_not_bytes_is_rejected_before_any_key(self, t: int, bad: Any,
                                                             where: int) -> None:
-        tables = [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
-        if not tables:  # the precondition saw tables that a shrunk run no longer has
+        picked = self._pick_cacheable_table(t)
+        if picked is None:
             return
-        table = tables[t % len(tables)]
-        num_full = min(len(table.blocks), len(self.hashes(table.request)))
-        if num_full <= table.num_cached:
-            return
+        table, num_full = picked
         # The bad hash goes at a later position, so that a half-applied write would
         # already have keyed the earlier blocks.
         k = table.num_cached + where % (num_full - table.num_cached)
@@ -130,17 +141,14 @@ class HostileRules(PoolMachine):
         self.expect(reply.rejected and isinstance(reply.error, InvalidArgument),
                     f"get_cached_block({bad!r}) should raise InvalidArgument")
 
-    @precondition(lambda self: _hostile(self) and self.config.enable_caching and any(
-        len(self.hashes(t.request)) > t.num_cached for t in self.tables))
+    @precondition(lambda self: _hostile(self) and self.config.enable_caching
+                  and self._cacheable_tables())
     @rule(t=PICK)
     def a_request_an_event_cannot_describe_is_refused_with_events_on(self, t: int) -> None:
-        tables = [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
-        if not tables:  # the precondition saw tables that a shrunk run no longer has
+        picked = self._pick_cacheable_table(t)
+        if picked is None:
             return
-        table = tables[t % len(tables)]
-        num_full = min(len(table.blocks), len(self.hashes(table.request)))
-        if num_full <= table.num_cached:
-            return
+        table, num_full = picked
         name = self.pool.log.render(table.request)
         request = self.define_hostile(without_tokens(table.request), f"without_tokens({name})")
         self.step(f"cache {table.request.request_id}'s blocks through a request without tokens")
