@@ -1,0 +1,136 @@
+"""Block copy batches: validation, coalescing into runs, and the segments a kernel copies.
+
+A batch is a list of ``(src_block_id, dst_block_id, group_id)`` — the policy layer's
+``BlockCopy`` — checked *as a whole* before anything moves (BEHAVIOUR.md §12's rule):
+
+1. well-formed integer triples, groups in range (:class:`~kvpool.errors.InvalidGroupId`),
+   ids inside each side's buffer (:class:`~kvpool.errors.InvalidBlockId`);
+2. never the null block (:class:`~kvpool.gpu.errors.InvalidCopyPair`);
+3. a destination named once, and never also a source of the batch — so the copies of one
+   batch are independent and may run in any order, in parallel;
+4. a destination still shared is refused: its holders, less the copy's own retentions, must
+   be at most one (the table it is being copied for). Writing a block another request reads
+   would corrupt that request.
+
+Consecutive pairs (``src, src+1, …`` onto ``dst, dst+1, …`` of one group) merge into one
+run, and each run becomes one segment per layer and per K/V in the flat buffer.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from kvpool.errors import InvalidArgument, InvalidBlockId, InvalidGroupId
+from kvpool.gpu.errors import InvalidCopyPair
+
+RefCounts = Callable[[list[int]], list[int]]
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgument(f"{what} must be an int, got {value!r}")
+    return int(value)
+
+
+def as_pair_array(pairs: Iterable[Sequence[int]]) -> np.ndarray:
+    """``[n, 3]`` int64 ``(src, dst, group)`` rows; :class:`InvalidArgument` otherwise."""
+    rows = []
+    for i, pair in enumerate(pairs):
+        try:
+            src, dst, group = pair
+        except (TypeError, ValueError):
+            raise InvalidArgument(
+                f"pairs[{i}] must be (src_block_id, dst_block_id, group_id), got {pair!r}"
+            ) from None
+        rows.append((_int(src, f"pairs[{i}].src"), _int(dst, f"pairs[{i}].dst"),
+                     _int(group, f"pairs[{i}].group")))
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def check_batch(pairs: np.ndarray, num_groups: int, src_blocks: int, dst_blocks: int, *,
+                same_space: bool, ref_cnts: RefCounts | None = None,
+                retained: Sequence[int] = (), null_dst: bool = True) -> None:
+    """Every rule of the module docstring, in that order; raises before anything moves.
+
+    ``same_space``: sources and destinations are ids of one pool (a device copy); a swap's
+    other side is a separate id space, so rule 3's "also a source" does not apply to it.
+    ``null_dst``: the destination side has a null block 0 (a host buffer has none).
+    """
+    for i, (src, dst, group) in enumerate(pairs.tolist()):
+        if not 0 <= group < num_groups:
+            raise InvalidGroupId(f"pairs[{i}]: group {group} is not in [0, {num_groups})")
+        if not 0 <= src < src_blocks:
+            raise InvalidBlockId(f"pairs[{i}]: source block {src} is not in [0, {src_blocks})")
+        if not 0 <= dst < dst_blocks:
+            raise InvalidBlockId(
+                f"pairs[{i}]: destination block {dst} is not in [0, {dst_blocks})")
+    src_null = same_space or not null_dst
+    for i, (src, dst, _) in enumerate(pairs.tolist()):
+        if (src == 0 and src_null) or (dst == 0 and null_dst):
+            raise InvalidCopyPair(f"pairs[{i}] names the null block: ({src} -> {dst})")
+    seen: dict[int, int] = {}
+    for i, dst in enumerate(pairs[:, 1].tolist()):
+        if dst in seen:
+            raise InvalidCopyPair(
+                f"pairs[{i}]: destination block {dst} is already the destination of "
+                f"pairs[{seen[dst]}]")
+        seen[dst] = i
+    if same_space:
+        sources = set(pairs[:, 0].tolist())
+        for i, dst in enumerate(pairs[:, 1].tolist()):
+            if dst in sources:
+                raise InvalidCopyPair(
+                    f"pairs[{i}]: destination block {dst} is also a source of this batch")
+    if ref_cnts is not None and len(pairs):
+        dsts = pairs[:, 1].tolist()
+        held = Counter(int(b) for b in retained)
+        for i, (dst, ref) in enumerate(zip(dsts, ref_cnts(dsts), strict=True)):
+            if ref - held[dst] > 1:
+                raise InvalidCopyPair(
+                    f"pairs[{i}]: destination block {dst} is still shared ({ref} holders, "
+                    f"{held[dst]} of them this batch's retentions): writing it would change "
+                    "what another holder reads")
+
+
+def coalesce(pairs: np.ndarray) -> np.ndarray:
+    """Runs ``[m, 4]`` of ``(group, src_start, dst_start, length)``: pairs sorted by group
+    and source, merged while both ids advance by one."""
+    if not len(pairs):
+        return np.zeros((0, 4), dtype=np.int64)
+    order = np.lexsort((pairs[:, 0], pairs[:, 2]))
+    p = pairs[order]
+    src, dst, group = p[:, 0], p[:, 1], p[:, 2]
+    breaks = np.ones(len(p), dtype=bool)
+    breaks[1:] = (group[1:] != group[:-1]) | (src[1:] != src[:-1] + 1) | \
+        (dst[1:] != dst[:-1] + 1)
+    starts = np.flatnonzero(breaks)
+    lengths = np.diff(np.append(starts, len(p)))
+    return np.stack([group[starts], src[starts], dst[starts], lengths], axis=1)
+
+
+def segments(runs: np.ndarray, src_cache, dst_cache) -> np.ndarray:
+    """``[k, 3]`` int64 ``(src_word, dst_word, num_words)``: one per run, layer and K/V."""
+    out = []
+    for g in np.unique(runs[:, 0]).tolist() if len(runs) else []:
+        src_bases, words = src_cache.block_word_spans(g)
+        dst_bases, dst_words = dst_cache.block_word_spans(g)
+        if not src_bases:
+            continue  # a group without KV tensors here (Mamba state): nothing to move
+        assert words == dst_words
+        r = runs[runs[:, 0] == g]
+        sb = np.asarray(src_bases, dtype=np.int64)[None, :]
+        db = np.asarray(dst_bases, dtype=np.int64)[None, :]
+        s = sb + r[:, 1:2] * words
+        d = db + r[:, 2:3] * words
+        n = np.broadcast_to(r[:, 3:4] * words, s.shape)
+        out.append(np.stack([s.ravel(), d.ravel(), n.ravel()], axis=1))
+    if not out:
+        return np.zeros((0, 3), dtype=np.int64)
+    return np.ascontiguousarray(np.concatenate(out), dtype=np.int64)
+
+
+__all__ = ["as_pair_array", "check_batch", "coalesce", "segments"]
