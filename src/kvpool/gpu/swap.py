@@ -101,22 +101,15 @@ class Offloader:
         if wanted > len(self._free_host):
             raise InvalidArgument(f"offloading {wanted} blocks needs host room; "
                                   f"{len(self._free_host)} host blocks are free")
-        rows = [(int(b), 1, g) for g, t in enumerate(tables) for b in t if int(b) != 0]
+        # Host blocks are taken from the free list's end (checked first, popped after).
+        take = iter(reversed(self._free_host[len(self._free_host) - wanted:]))
+        host_ids = [[NO_COPY if int(b) == 0 else next(take) for b in t] for t in tables]
+        rows = [(int(b), h, g) for g, (t, hs) in enumerate(zip(tables, host_ids, strict=True))
+                for b, h in zip(t, hs, strict=True) if h != NO_COPY]
         pairs = copy_plan.as_pair_array(rows)
         copy_plan.check_batch(pairs, self.device.num_groups, self.device.num_blocks,
                               self.host.num_blocks, same_space=False, null_dst=False)
-        host_ids = []
-        k = 0
-        for t in tables:
-            ids = []
-            for b in t:
-                if int(b) == 0:
-                    ids.append(NO_COPY)
-                else:
-                    ids.append(self._free_host.pop())
-                    pairs[k, 1] = ids[-1]
-                    k += 1
-            host_ids.append(ids)
+        del self._free_host[len(self._free_host) - wanted:]
         transfer = SwapOut(tables, host_ids, pairs)
         for b in transfer.blocks():
             self._in_flight.setdefault(b, []).append(transfer)

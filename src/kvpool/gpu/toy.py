@@ -1,0 +1,404 @@
+"""A tiny attention-only decoder served through the whole stack: the end-to-end proof.
+
+:class:`ToyDecoder` has, per attention group, a few layers whose query, key and value for a
+token are a deterministic function of the token and its position (seeded embeddings turned
+by a position-dependent rotation), so the right answer is computable without any cache:
+:meth:`ToyDecoder.dense` attends over the whole sequence directly.
+
+:class:`ToyEngine` serves requests the way an engine does: a scheduler step asks the
+:class:`~kvpool.policy.KVCacheManager` for prefix hits and slots (preempting the newest
+running request when a step does not fit), syncs the :class:`~kvpool.gpu.BlockTables`,
+computes the slot mapping, writes the new tokens' K/V into the :class:`~kvpool.gpu.PagedKVCache`
+(prefix hits are *not* written: they must already be there), executes the manager's pending
+copy-on-write pairs in one launch, attends by reading K/V back through the block table
+(positions out of a sliding window sit in the null block and are never read), and releases
+the copies' retained endpoints after the step. Preempted requests are either recomputed or
+offloaded (:class:`~kvpool.gpu.Offloader`) and reloaded as KV-connector tokens.
+
+Every output of every step is recorded; :meth:`ToyEngine.max_error` compares them with the
+dense model over each request's final sequence. Anything the cache gets wrong — a wrong
+cached block, a copy taken before its source was written, a block reused while an offload
+still needed it — shows up there.
+
+Step order inside the forward pass (why): tokens whose slot is in a copy *destination* are
+written after the copy, every other token before it. The copy's source may be a block that
+this very step fills (a request admitted in the step that cached the prefix it hits), so the
+copy must follow those writes; and it must precede the writes into the destination, or it
+would overwrite them. (This toy's K/V do not depend on earlier layers, so one copy launch
+serves all layers; a real model runner copies at the start of the step and lets the
+scheduler defer a copy whose source is written in the same step.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from kvpool.gpu.block_table import BlockTables, write_kv
+from kvpool.gpu.copier import BlockCopier
+from kvpool.gpu.kv_cache import PagedKVCache
+from kvpool.gpu.swap import Offloader, SwapOut
+from kvpool.policy import KVCacheManager, RequestStatus, SchedulerRequest
+from kvpool.policy.specs import AttentionSpec, CrossAttentionSpec, SlidingWindowSpec, cdiv
+
+
+class ToyDecoder:
+    """Layers per attention group; q, k, v of (token, position) fixed by ``seed``."""
+
+    def __init__(self, manager: KVCacheManager, num_layers: int = 2, vocab: int = 61,
+                 seed: int = 0) -> None:
+        self.groups = []
+        gen = torch.Generator().manual_seed(seed)
+        for group in manager.kv_cache_config.kv_cache_groups:
+            spec = group.kv_cache_spec
+            if not isinstance(spec, AttentionSpec) or isinstance(spec, CrossAttentionSpec):
+                self.groups.append(None)
+                continue
+            h, d = spec.num_kv_heads, spec.head_size
+            layers = [tuple(torch.randn(vocab, h, d, generator=gen) for _ in range(3))
+                      for _ in range(num_layers)]
+            window = spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None
+            self.groups.append((layers, window))
+        self.num_layers = num_layers
+        self.vocab = vocab
+        dim = max(s.head_size for g in manager.kv_cache_config.kv_cache_groups
+                  if isinstance(s := g.kv_cache_spec, AttentionSpec))
+        self.freq = 1.0 / (10.0 ** (torch.arange(dim, dtype=torch.float32) / dim))
+
+    def qkv(self, group: int, layer: int, tokens: torch.Tensor, positions: torch.Tensor):
+        """``[tokens, heads, dim]`` float32 query, key and value."""
+        q, k, v = self.groups[group][0][layer]
+        d = q.shape[-1]
+        angle = positions.to(torch.float32)[:, None, None] * self.freq[None, None, :d]
+        c, s = torch.cos(angle), torch.sin(angle)
+        return (q[tokens] * c + q[tokens].roll(1, -1) * s,
+                k[tokens] * c - k[tokens].roll(1, -1) * s,
+                v[tokens] * (1.0 + 0.5 * s))
+
+    def visible(self, group: int, position: int) -> range:
+        """Positions a query at ``position`` attends to (its window, or all before it)."""
+        window = self.groups[group][1]
+        return range(0 if window is None else max(0, position - window + 1), position + 1)
+
+    @staticmethod
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One query ``[heads, dim]`` over ``[n, heads, dim]`` keys/values → ``[heads*dim]``."""
+        scores = torch.einsum("hd,nhd->hn", q, k) / math.sqrt(q.shape[-1])
+        return torch.einsum("hn,nhd->hd", torch.softmax(scores, dim=-1), v).reshape(-1)
+
+    def dense(self, tokens: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        """Outputs ``[len(tokens), features]`` without any cache (K/V rounded to ``dtype``,
+        as the cache stores them)."""
+        t = torch.tensor(list(tokens), dtype=torch.long)
+        pos = torch.arange(len(t))
+        rows = [[] for _ in range(len(t))]
+        for g, group in enumerate(self.groups):
+            if group is None:
+                continue
+            for i in range(self.num_layers):
+                q, k, v = self.qkv(g, i, t, pos)
+                k, v = k.to(dtype).float(), v.to(dtype).float()
+                for p in range(len(t)):
+                    span = self.visible(g, p)
+                    rows[p].append(self.attend(q[p], k[span.start:p + 1], v[span.start:p + 1]))
+        return torch.stack([torch.cat(r) for r in rows])
+
+
+@dataclass(eq=False)
+class ToyRequest:
+    """A request plus its scripted continuation (teacher forcing) and what was computed."""
+
+    request: SchedulerRequest
+    script: list[int]
+    outputs: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    transfer: SwapOut | None = None
+    offloaded_tokens: int = 0
+    finished: bool = False
+
+
+class ToyEngine:
+    """Serves :class:`ToyRequest` s through ``manager`` and real paged tensors.
+
+    ``planted`` breaks one thing on purpose (tests show the comparison catches it):
+    ``"copy-before-source-final"`` runs the copy before the step's writes;
+    ``"wrong-cached-block"`` hands out the first full-attention hit block in place of the
+    last (a real cached block, holding other tokens).
+    """
+
+    def __init__(self, manager: KVCacheManager, model: ToyDecoder, *,
+                 dtype: torch.dtype = torch.float32, device: str = "cpu",
+                 max_num_reqs: int = 16, max_blocks_per_req: int = 64,
+                 token_budget: int = 16, host_blocks: int = 0, on_reuse: str = "finish",
+                 planted: str | None = None) -> None:
+        self.manager = manager
+        self.model = model
+        self.dtype = dtype
+        self.device = torch.device(device)
+        config = manager.kv_cache_config
+        self.cache = PagedKVCache(config, dtype, self.device, num_layers=model.num_layers)
+        self.block_sizes = [g.kv_cache_spec.block_size for g in config.kv_cache_groups]
+        self.tables = BlockTables(self.block_sizes, config.num_blocks, max_num_reqs,
+                                  max_blocks_per_req, self.device)
+        pool = manager.block_pool
+        self.copier = BlockCopier(self.cache, ref_cnts=lambda ids: pool.observe().ref_cnts(ids),
+                                  release=getattr(manager, "release_copy_endpoints", None))
+        self.offloader = None
+        if host_blocks:
+            host = PagedKVCache(config, dtype, "cpu", num_layers=model.num_layers,
+                                num_blocks=host_blocks, pin_memory=self.device.type == "cuda")
+            self.offloader = Offloader(self.cache, host, on_reuse=on_reuse,
+                                       ref_cnts=lambda ids: pool.observe().ref_cnts(ids))
+        self.token_budget = token_budget
+        self.planted = planted
+        self.waiting: list[ToyRequest] = []
+        self.running: list[ToyRequest] = []
+        self.done: list[ToyRequest] = []
+        self.written_tokens = 0
+        self.hit_tokens = 0
+        self.reloaded_tokens = 0
+        self.copied_pairs = 0
+        self.preemptions = 0
+        self.steps = 0
+
+    # -- requests -------------------------------------------------------------------------
+
+    def add(self, request: SchedulerRequest, script: Sequence[int]) -> ToyRequest:
+        toy = ToyRequest(request, list(script))
+        self.waiting.append(toy)
+        return toy
+
+    def preempt(self, toy: ToyRequest, offload: bool = False) -> None:
+        """Take a running request off the device: recompute later, or offload its blocks."""
+        req = toy.request
+        if offload and self.offloader is not None:
+            toy.transfer = self.offloader.offload(self.manager, req)
+            toy.offloaded_tokens = req.num_computed_tokens
+        else:
+            self.manager.free(req)
+        self.tables.remove(req.request_id)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.running.remove(toy)
+        self.waiting.insert(0, toy)
+        self.preemptions += 1
+
+    # -- scheduling -----------------------------------------------------------------------
+
+    def _schedule(self) -> list[tuple[ToyRequest, int, int]]:
+        """(request, first new position, count) for this step."""
+        budget = self.token_budget
+        scheduled: list[tuple[ToyRequest, int, int]] = []
+        for toy in list(self.running):
+            if toy not in self.running or budget == 0:
+                continue
+            req = toy.request
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            while self.manager.allocate_slots(req, n) is None:
+                victim = self.running[-1]
+                self.preempt(victim, offload=self.offloader is not None)
+                scheduled = [s for s in scheduled if s[0] is not victim]
+                if victim is toy:
+                    break
+            else:
+                scheduled.append((toy, req.num_computed_tokens, n))
+                budget -= n
+        while self.waiting and budget > 0:
+            toy = self.waiting[0]
+            admitted = self._admit(toy, budget)
+            if admitted is None:
+                break
+            self.waiting.pop(0)
+            self.running.append(toy)
+            scheduled.append(admitted)
+            budget -= admitted[2]
+        return scheduled
+
+    def _admit(self, toy: ToyRequest, budget: int) -> tuple[ToyRequest, int, int] | None:
+        req = toy.request
+        hits, num_hit = self.manager.get_computed_blocks(req)
+        if self.planted == "wrong-cached-block" and len(hits.blocks[0]) >= 2:
+            blocks = [list(b) for b in hits.blocks]
+            blocks[0][-1] = blocks[0][0]  # a cached block, but not this prefix's
+            hits = type(hits)(tuple(blocks))
+        external = self._reloadable_tokens(toy, num_hit)
+        n = min(req.num_tokens - num_hit - external, budget)
+        new = self.manager.allocate_slots(req, n, num_hit, hits,
+                                          num_external_computed_tokens=external)
+        if new is None:
+            return None
+        self.hit_tokens += num_hit
+        self.reloaded_tokens += external
+        if external:
+            self._reload(toy, num_hit, external)
+        elif toy.transfer is not None:
+            self.offloader.release(toy.transfer)
+            toy.transfer = None
+        req.num_computed_tokens = num_hit + external
+        req.status = RequestStatus.RUNNING
+        return toy, req.num_computed_tokens, n
+
+    def _reloadable_tokens(self, toy: ToyRequest, num_hit: int) -> int:
+        """Tokens past the prefix hit that the request's offloaded copy can supply."""
+        if toy.transfer is None:
+            return 0
+        end = toy.offloaded_tokens
+        for g, bs in enumerate(self.block_sizes):
+            end = min(end, toy.transfer.valid_blocks(g) * bs)
+        end = min(end, toy.request.num_tokens - 1)  # the last token is always computed
+        return max(0, end - num_hit)
+
+    def _reload(self, toy: ToyRequest, num_hit: int, external: int) -> None:
+        tables = self.manager.get_block_ids(toy.request.request_id)
+        spans = []
+        for g, bs in enumerate(self.block_sizes):
+            first = num_hit // bs
+            span = [j for j in range(first, cdiv(num_hit + external, bs)) if tables[g][j] != 0]
+            spans.append(span)
+        self.offloader.swap_in(toy.transfer, tables, spans)
+        self.offloader.release(toy.transfer)
+        toy.transfer = None
+
+    # -- the forward pass -----------------------------------------------------------------
+
+    def step(self) -> int:
+        """One scheduler step and forward pass; the number of tokens computed."""
+        self.manager.new_step_starts()
+        scheduled = self._schedule()
+        if self.offloader is not None:
+            self.offloader.flush()  # copy-outs in flight complete during the step
+        if not scheduled:
+            return 0
+        self.steps += 1
+        for toy, _, _ in scheduled:
+            rid = toy.request.request_id
+            self.tables.update(rid, self.manager.get_block_ids(rid))
+        self.tables.upload()
+        pairs, retained = self._take_copies()
+        rows, positions, tokens = self._step_tokens(scheduled)
+        slots = {g: self.tables.slot_mapping(g, rows, positions)
+                 for g, grp in enumerate(self.model.groups) if grp is not None}
+        in_dst = {g: np.isin(s // self.block_sizes[g], [p[1] for p in pairs if p[2] == g])
+                  for g, s in slots.items()}
+        if self.planted == "copy-before-source-final":
+            self._copy(pairs, retained)
+            self._write(slots, tokens, positions, None)
+        else:
+            self._write(slots, tokens, positions, {g: ~m for g, m in in_dst.items()})
+            self._copy(pairs, retained)
+            self._write(slots, tokens, positions, in_dst)
+        self._attend(scheduled, rows, positions, tokens)
+        self.copier.end_step()
+        for toy, _, n in scheduled:
+            self._advance(toy, n)
+        return len(positions)
+
+    def _take_copies(self) -> tuple[list[tuple[int, int, int]], list[int]]:
+        take = getattr(self.manager, "take_kv_cache_block_copies", None)
+        if take is None:
+            return [], []
+        pairs, retained = take()
+        return [tuple(int(x) for x in p) for p in pairs], [int(b) for b in retained]
+
+    def _copy(self, pairs, retained) -> None:
+        if pairs or retained:
+            self.copier.copy(pairs, retained)
+            self.copied_pairs += len(pairs)
+
+    def _step_tokens(self, scheduled):
+        rows, positions, tokens = [], [], []
+        for toy, start, n in scheduled:
+            row = self.tables.row(toy.request.request_id)
+            ids = toy.request.all_token_ids
+            rows.extend([row] * n)
+            positions.extend(range(start, start + n))
+            tokens.extend(ids[start:start + n])
+        return (np.array(rows, dtype=np.int32), np.array(positions, dtype=np.int64),
+                torch.tensor(tokens, dtype=torch.long))
+
+    def _write(self, slots, tokens, positions, masks) -> None:
+        pos = torch.from_numpy(positions)
+        for g, s in slots.items():
+            keep = np.ones(len(s), dtype=bool) if masks is None else masks[g]
+            if not keep.any():
+                continue
+            idx = torch.from_numpy(np.flatnonzero(keep))
+            for i, layer in enumerate(self.cache.layers(g)):
+                _, k, v = self.model.qkv(g, i, tokens[idx], pos[idx])
+                write_kv(layer, torch.from_numpy(s[keep]).to(self.device), k.to(self.device),
+                         v.to(self.device))
+            if g == min(slots):
+                self.written_tokens += int(keep.sum())
+
+    def _attend(self, scheduled, rows, positions, tokens) -> None:
+        pos = torch.from_numpy(positions)
+        out: list[list[torch.Tensor]] = [[] for _ in range(len(positions))]
+        for g, group in enumerate(self.model.groups):
+            if group is None:
+                continue
+            table = self.tables.groups[g]
+            bs = self.block_sizes[g]
+            for i, layer in enumerate(self.cache.layers(g)):
+                q, _, _ = self.model.qkv(g, i, tokens, pos)
+                flat = layer.view(2, -1, *layer.shape[3:])
+                for t, (row, p) in enumerate(zip(rows.tolist(), positions.tolist(),
+                                                 strict=True)):
+                    span = np.arange(self.model.visible(g, p).start, p + 1)
+                    blocks = table.cpu[row, span // bs].astype(np.int64)
+                    if (blocks == 0).any():
+                        raise AssertionError(f"position {p} reads the null block")
+                    index = torch.from_numpy(blocks * bs + span % bs).to(self.device)
+                    k = flat[0].index_select(0, index).float().cpu()
+                    v = flat[1].index_select(0, index).float().cpu()
+                    out[t].append(self.model.attend(q[t], k, v))
+        t = 0
+        for toy, start, n in scheduled:
+            for j in range(n):
+                toy.outputs.append((start + j, torch.cat(out[t])))
+                t += 1
+
+    def _advance(self, toy: ToyRequest, n: int) -> None:
+        req = toy.request
+        req.num_computed_tokens += n
+        if req.num_computed_tokens < req.num_tokens:
+            return
+        if toy.script:
+            req.append_output_token_ids(toy.script.pop(0))  # "sampled": scripted
+            return
+        self.manager.free(req)
+        self.tables.remove(req.request_id)
+        req.status = RequestStatus.FINISHED
+        toy.finished = True
+        self.running.remove(toy)
+        self.done.append(toy)
+
+    # -- driving and checking -------------------------------------------------------------
+
+    def run(self, max_steps: int = 1000) -> None:
+        """Step until every request finished."""
+        for _ in range(max_steps):
+            if not self.waiting and not self.running:
+                return
+            self.step()
+        raise AssertionError(f"requests still unfinished after {max_steps} steps")
+
+    def max_error(self, toys: Sequence[ToyRequest] | None = None) -> float:
+        """Largest difference between any recorded output and the dense model's."""
+        worst = 0.0
+        for toy in self.done if toys is None else toys:
+            dense = self.model.dense(toy.request.all_token_ids, self.dtype)
+            for p, value in toy.outputs:
+                worst = max(worst, float((value - dense[p]).abs().max()))
+        return worst
+
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1e-1}
+"""Largest output difference allowed per cache dtype (K/V are rounded to it in both the
+engine and the dense reference, so this only absorbs summation order)."""
+
+
+__all__ = ["TOLERANCE", "ToyDecoder", "ToyEngine", "ToyRequest"]
