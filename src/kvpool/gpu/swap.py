@@ -82,6 +82,7 @@ class Offloader:
         self._free_host = list(range(host.num_blocks - 1, -1, -1))
         self._in_flight: dict[int, list[SwapOut]] = {}  # device block -> transfers reading it
         self._pending: list[SwapOut] = []
+        self.reused_in_flight = 0  # watcher calls that met a transfer still in flight
         self._stream = torch.cuda.Stream(device.device) if device.device.type == "cuda" \
             else None
 
@@ -153,6 +154,7 @@ class Offloader:
         """The watcher to register with ``unpin_blocks``: a block of a transfer in flight
         is being handed out again."""
         for transfer in list(self._in_flight.get(int(block_id), [])):
+            self.reused_in_flight += 1
             if self.policy == "finish":
                 self._complete(transfer)
             else:

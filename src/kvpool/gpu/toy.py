@@ -49,7 +49,7 @@ from kvpool.policy.specs import AttentionSpec, CrossAttentionSpec, SlidingWindow
 class ToyDecoder:
     """Layers per attention group; q, k, v of (token, position) fixed by ``seed``."""
 
-    def __init__(self, manager: KVCacheManager, num_layers: int = 2, vocab: int = 61,
+    def __init__(self, manager: KVCacheManager, num_layers: int = 2, vocab: int = 101,
                  seed: int = 0) -> None:
         self.groups = []
         gen = torch.Generator().manual_seed(seed)
@@ -124,7 +124,9 @@ class ToyEngine:
     """Serves :class:`ToyRequest` s through ``manager`` and real paged tensors.
 
     ``planted`` breaks one thing on purpose (tests show the comparison catches it):
-    ``"copy-before-source-final"`` runs the copy before the step's writes;
+    ``"copy-before-source-final"`` lets a request hit a partial block cached in the same
+    step (it restarts the policy's step before each admission), so its copy runs at the
+    start of the step whose forward writes the source;
     ``"wrong-cached-block"`` hands out the first full-attention hit block in place of the
     last (a real cached block, holding other tokens).
     """
@@ -209,6 +211,8 @@ class ToyEngine:
                 budget -= n
         while self.waiting and budget > 0:
             toy = self.waiting[0]
+            if self.planted == "copy-before-source-final":
+                self.manager.new_step_starts()
             admitted = self._admit(toy, budget)
             if admitted is None:
                 break
@@ -227,6 +231,9 @@ class ToyEngine:
             hits = type(hits)(tuple(blocks))
         external = self._reloadable_tokens(toy, num_hit)
         n = min(req.num_tokens - num_hit - external, budget)
+        boundary = self._partial_boundary(req)
+        if num_hit + external < boundary < num_hit + external + n:
+            n = boundary - num_hit - external
         new = self.manager.allocate_slots(req, n, num_hit, hits,
                                           num_external_computed_tokens=external)
         if new is None:
@@ -241,6 +248,14 @@ class ToyEngine:
         req.num_computed_tokens = num_hit + external
         req.status = RequestStatus.RUNNING
         return toy, req.num_computed_tokens, n
+
+    def _partial_boundary(self, req: SchedulerRequest) -> int:
+        """With partial hits on, a first prefill chunk stops at the prompt's last hash
+        boundary, so the state there can be cached (vLLM's align-mode scheduling)."""
+        if not getattr(self.manager, "partial_hash_hits_enabled", False):
+            return 0
+        hbs = self.manager.block_pool.hash_block_size
+        return (req.num_prompt_tokens - 1) // hbs * hbs
 
     def _reloadable_tokens(self, toy: ToyRequest, num_hit: int) -> int:
         """Tokens past the prefix hit that the request's offloaded copy can supply."""
@@ -279,18 +294,13 @@ class ToyEngine:
             self.tables.update(rid, self.manager.get_block_ids(rid))
         self.tables.upload()
         pairs, retained = self._take_copies()
+        if pairs or retained:  # one launch, before any write of the step
+            self.copier.copy(pairs, retained)
+            self.copied_pairs += len(pairs)
         rows, positions, tokens = self._step_tokens(scheduled)
         slots = {g: self.tables.slot_mapping(g, rows, positions)
                  for g, grp in enumerate(self.model.groups) if grp is not None}
-        in_dst = {g: np.isin(s // self.block_sizes[g], [p[1] for p in pairs if p[2] == g])
-                  for g, s in slots.items()}
-        if self.planted == "copy-before-source-final":
-            self._copy(pairs, retained)
-            self._write(slots, tokens, positions, None)
-        else:
-            self._write(slots, tokens, positions, {g: ~m for g, m in in_dst.items()})
-            self._copy(pairs, retained)
-            self._write(slots, tokens, positions, in_dst)
+        self._write(slots, tokens, positions)
         self._attend(scheduled, rows, positions, tokens)
         self.copier.end_step()
         for toy, _, n in scheduled:
@@ -304,11 +314,6 @@ class ToyEngine:
         pairs, retained = take()
         return [tuple(int(x) for x in p) for p in pairs], [int(b) for b in retained]
 
-    def _copy(self, pairs, retained) -> None:
-        if pairs or retained:
-            self.copier.copy(pairs, retained)
-            self.copied_pairs += len(pairs)
-
     def _step_tokens(self, scheduled):
         rows, positions, tokens = [], [], []
         for toy, start, n in scheduled:
@@ -320,19 +325,15 @@ class ToyEngine:
         return (np.array(rows, dtype=np.int32), np.array(positions, dtype=np.int64),
                 torch.tensor(tokens, dtype=torch.long))
 
-    def _write(self, slots, tokens, positions, masks) -> None:
+    def _write(self, slots, tokens, positions) -> None:
+        """K/V of the step's tokens into their slots (hits were computed before: skipped)."""
         pos = torch.from_numpy(positions)
         for g, s in slots.items():
-            keep = np.ones(len(s), dtype=bool) if masks is None else masks[g]
-            if not keep.any():
-                continue
-            idx = torch.from_numpy(np.flatnonzero(keep))
+            index = torch.from_numpy(s).to(self.device)
             for i, layer in enumerate(self.cache.layers(g)):
-                _, k, v = self.model.qkv(g, i, tokens[idx], pos[idx])
-                write_kv(layer, torch.from_numpy(s[keep]).to(self.device), k.to(self.device),
-                         v.to(self.device))
-            if g == min(slots):
-                self.written_tokens += int(keep.sum())
+                _, k, v = self.model.qkv(g, i, tokens, pos)
+                write_kv(layer, index, k.to(self.device), v.to(self.device))
+        self.written_tokens += len(positions)
 
     def _attend(self, scheduled, rows, positions, tokens) -> None:
         pos = torch.from_numpy(positions)
