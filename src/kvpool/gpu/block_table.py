@@ -44,6 +44,17 @@ class BlockTable:
 
     def set_row(self, row: int, block_ids: Sequence[int]) -> None:
         """Make ``row`` hold ``block_ids``: the old entries may only stay or turn null."""
+        ids = self.check_row(row, block_ids)
+        n = len(ids)
+        old = int(self.lengths[row])
+        if n == old and not (ids != self.cpu[row, :old]).any():
+            return
+        self.cpu[row, :n] = ids
+        self.lengths[row] = n
+        self.dirty.add(row)
+
+    def check_row(self, row: int, block_ids: Sequence[int]) -> np.ndarray:
+        """Refuse an update :meth:`set_row` must not make (typed error, nothing changed)."""
         n = len(block_ids)
         if n > self.cpu.shape[1]:
             raise InvalidArgument(
@@ -59,11 +70,7 @@ class BlockTable:
             raise InvalidArgument(
                 f"row {row} position {j}: block {int(current[j])} became {int(ids[j])}; a "
                 "table only grows at the end (or drops positions to the null block)")
-        if n == old and not (ids != current).any():
-            return
-        self.cpu[row, :n] = ids
-        self.lengths[row] = n
-        self.dirty.add(row)
+        return ids
 
     def clear_row(self, row: int) -> None:
         self.lengths[row] = 0
@@ -109,16 +116,20 @@ class BlockTables:
         if len(block_ids) != len(self.groups):
             raise InvalidArgument(f"{len(block_ids)} groups of ids for {len(self.groups)} "
                                   "tables")
-        row = self.rows.get(request_id)
-        if row is None:
-            if not self._free_rows:
-                raise InvalidArgument(f"all {len(self.groups[0].lengths)} rows are in use")
-            row = self.rows[request_id] = self._free_rows.pop()
-        for table, ids in zip(self.groups, block_ids, strict=True):
+        for ids in block_ids:
             for b in ids:
                 if not 0 <= int(b) < self.num_blocks:
                     raise InvalidSlot(f"block {b} of request {request_id!r} is outside the "
                                       f"cache's {self.num_blocks} blocks")
+        row = self.rows.get(request_id)
+        if row is None:
+            if not self._free_rows:
+                raise InvalidArgument(f"all {len(self.groups[0].lengths)} rows are in use")
+            row = self._free_rows[-1]
+        for table, ids in zip(self.groups, block_ids, strict=True):
+            table.check_row(row, ids)
+        if request_id not in self.rows:
+            self.rows[request_id] = self._free_rows.pop()
         for table, ids in zip(self.groups, block_ids, strict=True):
             table.set_row(row, ids)
         return row
