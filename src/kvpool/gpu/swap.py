@@ -55,6 +55,12 @@ class SwapOut:
     def blocks(self) -> set[int]:
         return {int(b) for b in self.pairs[:, 0].tolist()}
 
+    def covers(self, group_id: int, first: int, last: int) -> bool:
+        """Whether positions ``[first, last)`` of the group all have a good host copy."""
+        hosts, table = self.host_ids[group_id], self.tables[group_id]
+        return last <= len(hosts) and all(
+            hosts[j] != NO_COPY and table[j] not in self.invalid for j in range(first, last))
+
     def valid_blocks(self, group_id: int) -> int:
         n = 0
         for block, host in zip(self.tables[group_id], self.host_ids[group_id], strict=True):
@@ -181,14 +187,10 @@ class Offloader:
         self._complete(transfer)
         rows = []
         for g, (table, span) in enumerate(zip(tables, positions, strict=True)):
-            valid = transfer.valid_blocks(g)
             for j in span:
-                if j >= valid or j >= len(table):
-                    raise InvalidArgument(
-                        f"group {g} position {j}: no valid host copy (valid: {valid})")
-                host = transfer.host_ids[g][j]
-                if host != NO_COPY:
-                    rows.append((host, int(table[j]), g))
+                if j >= len(table) or not transfer.covers(g, j, j + 1):
+                    raise InvalidArgument(f"group {g} position {j}: no valid host copy")
+                rows.append((transfer.host_ids[g][j], int(table[j]), g))
         pairs = copy_plan.as_pair_array(rows)
         copy_plan.check_batch(pairs, self.device.num_groups, self.host.num_blocks,
                               self.device.num_blocks, same_space=False,

@@ -128,7 +128,8 @@ class ToyEngine:
     step (it restarts the policy's step before each admission), so its copy runs at the
     start of the step whose forward writes the source;
     ``"wrong-cached-block"`` hands out the first full-attention hit block in place of the
-    last (a real cached block, holding other tokens).
+    last (a real cached block, holding other tokens); ``"ignore-reuse-watcher"`` registers
+    a watcher that does nothing, so a block reused during its copy-out is copied torn.
     """
 
     def __init__(self, manager: KVCacheManager, model: ToyDecoder, *,
@@ -154,6 +155,8 @@ class ToyEngine:
                                 num_blocks=host_blocks, pin_memory=self.device.type == "cuda")
             self.offloader = Offloader(self.cache, host, on_reuse=on_reuse,
                                        ref_cnts=lambda ids: pool.observe().ref_cnts(ids))
+            if planted == "ignore-reuse-watcher":
+                self.offloader.on_reuse = lambda block_id: None
         self.token_budget = token_budget
         self.planted = planted
         self.waiting: list[ToyRequest] = []
@@ -162,6 +165,7 @@ class ToyEngine:
         self.written_tokens = 0
         self.hit_tokens = 0
         self.reloaded_tokens = 0
+        self.null_positions = 0  # null-block table entries seen by attention groups
         self.copied_pairs = 0
         self.preemptions = 0
         self.steps = 0
@@ -257,23 +261,35 @@ class ToyEngine:
         hbs = self.manager.block_pool.hash_block_size
         return (req.num_prompt_tokens - 1) // hbs * hbs
 
+    def _reload_spans(self, transfer: SwapOut, num_hit: int, end: int) -> list[range] | None:
+        """Per group the positions to swap in so tokens ``[num_hit, end)`` count as
+        computed: from the first block the request still needs (a window's start) or the
+        first block past the hit, to the block holding token ``end - 1``. ``None`` when a
+        needed position has no good host copy."""
+        spans = []
+        for g, bs in enumerate(self.block_sizes):
+            group = self.model.groups[g]
+            window = group[1] if group is not None else None
+            needed = 0 if window is None else max(0, end - window + 1)
+            span = range(max(needed // bs, num_hit // bs), cdiv(end, bs))
+            if group is not None and not transfer.covers(g, span.start, span.stop):
+                return None
+            spans.append(span if group is not None else range(0))
+        return spans
+
     def _reloadable_tokens(self, toy: ToyRequest, num_hit: int) -> int:
-        """Tokens past the prefix hit that the request's offloaded copy can supply."""
+        """Tokens past the prefix hit that the request's offloaded copy can supply (the
+        longest run the host copies cover; a reused-and-invalidated block cuts it)."""
         if toy.transfer is None:
             return 0
-        end = toy.offloaded_tokens
-        for g, bs in enumerate(self.block_sizes):
-            end = min(end, toy.transfer.valid_blocks(g) * bs)
-        end = min(end, toy.request.num_tokens - 1)  # the last token is always computed
+        end = min(toy.offloaded_tokens, toy.request.num_tokens - 1)  # last token: computed
+        while end > num_hit and self._reload_spans(toy.transfer, num_hit, end) is None:
+            end -= 1
         return max(0, end - num_hit)
 
     def _reload(self, toy: ToyRequest, num_hit: int, external: int) -> None:
         tables = self.manager.get_block_ids(toy.request.request_id)
-        spans = []
-        for g, bs in enumerate(self.block_sizes):
-            first = num_hit // bs
-            span = [j for j in range(first, cdiv(num_hit + external, bs)) if tables[g][j] != 0]
-            spans.append(span)
+        spans = self._reload_spans(toy.transfer, num_hit, num_hit + external)
         self.offloader.swap_in(toy.transfer, tables, spans)
         self.offloader.release(toy.transfer)
         toy.transfer = None
@@ -284,14 +300,16 @@ class ToyEngine:
         """One scheduler step and forward pass; the number of tokens computed."""
         self.manager.new_step_starts()
         scheduled = self._schedule()
-        if self.offloader is not None:
-            self.offloader.flush()  # copy-outs in flight complete during the step
         if not scheduled:
+            self._flush()
             return 0
         self.steps += 1
         for toy, _, _ in scheduled:
             rid = toy.request.request_id
-            self.tables.update(rid, self.manager.get_block_ids(rid))
+            ids = self.manager.get_block_ids(rid)
+            self.tables.update(rid, ids)
+            self.null_positions += sum(
+                t.count(0) for g, t in enumerate(ids) if self.model.groups[g] is not None)
         self.tables.upload()
         pairs, retained = self._take_copies()
         if pairs or retained:  # one launch, before any write of the step
@@ -303,9 +321,17 @@ class ToyEngine:
         self._write(slots, tokens, positions)
         self._attend(scheduled, rows, positions, tokens)
         self.copier.end_step()
+        self._flush()
         for toy, _, n in scheduled:
             self._advance(toy, n)
         return len(positions)
+
+    def _flush(self) -> None:
+        """Copy-outs started by this step's preemptions overlap its forward pass (as on a
+        side stream) and complete at its end: a block reused meanwhile is protected only by
+        the reuse watcher."""
+        if self.offloader is not None:
+            self.offloader.flush()
 
     def _take_copies(self) -> tuple[list[tuple[int, int, int]], list[int]]:
         take = getattr(self.manager, "take_kv_cache_block_copies", None)
