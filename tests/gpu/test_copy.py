@@ -93,6 +93,9 @@ class Refs:
     ([(1, 5, 0), (2, 6, 1)], [1, 5, 2, 6], InvalidCopyPair, "destination block 6 is still shared"),
     ([(1, 5, 0), ("2", 6, 0)], [], InvalidArgument, "pairs"),
     ([(1, 5)], [], InvalidArgument, "pairs"),
+    ([(True, 5, 0)], [], InvalidArgument, "pairs"),
+    ([7], [], InvalidArgument, "pairs"),
+    ([(1, 5, 0), (2, 6, 0), (3, 5, 0)], [], InvalidCopyPair, r"pairs\[2\].*pairs\[0\]"),
 ])
 def test_a_bad_batch_copies_nothing_and_releases_nothing(pairs, retained, error,
                                                          match) -> None:

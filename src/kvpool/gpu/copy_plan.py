@@ -37,62 +37,89 @@ def _int(value: object, what: str) -> int:
 
 
 def as_pair_array(pairs: Iterable[Sequence[int]]) -> np.ndarray:
-    """``[n, 3]`` int64 ``(src, dst, group)`` rows; :class:`InvalidArgument` otherwise."""
-    rows = []
-    for i, pair in enumerate(pairs):
+    """``[n, 3]`` int64 ``(src, dst, group)`` rows; :class:`InvalidArgument` otherwise.
+
+    Fast path: a list of int triples (what the manager hands over) or an integer array;
+    anything else is checked element by element, for a message naming the bad entry.
+    """
+    if isinstance(pairs, np.ndarray) and pairs.dtype.kind in "iu" and pairs.ndim == 2 and \
+            pairs.shape[1] == 3:
+        return np.ascontiguousarray(pairs, dtype=np.int64)
+    rows = list(pairs)
+    try:
+        plain = all(type(p) is not str and len(p) == 3 and type(p[0]) is int and
+                    type(p[1]) is int and type(p[2]) is int for p in rows)
+    except TypeError:  # an entry without a length: the slow path names it
+        plain = False
+    if plain:
+        return np.array(rows, dtype=np.int64).reshape(-1, 3)
+    out = []
+    for i, pair in enumerate(rows):
         try:
             src, dst, group = pair
         except (TypeError, ValueError):
             raise InvalidArgument(
                 f"pairs[{i}] must be (src_block_id, dst_block_id, group_id), got {pair!r}"
             ) from None
-        rows.append((_int(src, f"pairs[{i}].src"), _int(dst, f"pairs[{i}].dst"),
-                     _int(group, f"pairs[{i}].group")))
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+        out.append((_int(src, f"pairs[{i}].src"), _int(dst, f"pairs[{i}].dst"),
+                    _int(group, f"pairs[{i}].group")))
+    return np.array(out, dtype=np.int64).reshape(-1, 3)
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
 
 
 def check_batch(pairs: np.ndarray, num_groups: int, src_blocks: int, dst_blocks: int, *,
                 same_space: bool, ref_cnts: RefCounts | None = None,
                 retained: Sequence[int] = (), null_dst: bool = True) -> None:
     """Every rule of the module docstring, in that order; raises before anything moves.
+    Vectorised: O(n log n) in numpy, whatever the batch size.
 
     ``same_space``: sources and destinations are ids of one pool (a device copy); a swap's
     other side is a separate id space, so rule 3's "also a source" does not apply to it.
     ``null_dst``: the destination side has a null block 0 (a host buffer has none).
     """
-    for i, (src, dst, group) in enumerate(pairs.tolist()):
-        if not 0 <= group < num_groups:
-            raise InvalidGroupId(f"pairs[{i}]: group {group} is not in [0, {num_groups})")
-        if not 0 <= src < src_blocks:
-            raise InvalidBlockId(f"pairs[{i}]: source block {src} is not in [0, {src_blocks})")
-        if not 0 <= dst < dst_blocks:
-            raise InvalidBlockId(
-                f"pairs[{i}]: destination block {dst} is not in [0, {dst_blocks})")
+    if not len(pairs):
+        return
+    src, dst, group = pairs[:, 0], pairs[:, 1], pairs[:, 2]
+    bad = _first((group < 0) | (group >= num_groups) | (src < 0) | (src >= src_blocks) |
+                 (dst < 0) | (dst >= dst_blocks))
+    if bad is not None:
+        s, d, g = pairs[bad].tolist()
+        if not 0 <= g < num_groups:
+            raise InvalidGroupId(f"pairs[{bad}]: group {g} is not in [0, {num_groups})")
+        if not 0 <= s < src_blocks:
+            raise InvalidBlockId(f"pairs[{bad}]: source block {s} is not in [0, {src_blocks})")
+        raise InvalidBlockId(f"pairs[{bad}]: destination block {d} is not in [0, {dst_blocks})")
     src_null = same_space or not null_dst
-    for i, (src, dst, _) in enumerate(pairs.tolist()):
-        if (src == 0 and src_null) or (dst == 0 and null_dst):
-            raise InvalidCopyPair(f"pairs[{i}] names the null block: ({src} -> {dst})")
-    seen: dict[int, int] = {}
-    for i, dst in enumerate(pairs[:, 1].tolist()):
-        if dst in seen:
-            raise InvalidCopyPair(
-                f"pairs[{i}]: destination block {dst} is already the destination of "
-                f"pairs[{seen[dst]}]")
-        seen[dst] = i
+    bad = _first(((src == 0) & src_null) | ((dst == 0) & null_dst))
+    if bad is not None:
+        s, d, _ = pairs[bad].tolist()
+        raise InvalidCopyPair(f"pairs[{bad}] names the null block: ({s} -> {d})")
+    order = np.argsort(dst, kind="stable")
+    repeated = np.flatnonzero(dst[order][1:] == dst[order][:-1])
+    if len(repeated):
+        later = order[repeated + 1]
+        i = int(later.min())
+        first = int(order[np.searchsorted(dst[order], dst[i])])
+        raise InvalidCopyPair(f"pairs[{i}]: destination block {int(dst[i])} is already the "
+                              f"destination of pairs[{first}]")
     if same_space:
-        sources = set(pairs[:, 0].tolist())
-        for i, dst in enumerate(pairs[:, 1].tolist()):
-            if dst in sources:
-                raise InvalidCopyPair(
-                    f"pairs[{i}]: destination block {dst} is also a source of this batch")
-    if ref_cnts is not None and len(pairs):
-        dsts = pairs[:, 1].tolist()
+        bad = _first(np.isin(dst, src))
+        if bad is not None:
+            raise InvalidCopyPair(
+                f"pairs[{bad}]: destination block {int(dst[bad])} is also a source of this "
+                "batch")
+    if ref_cnts is not None:
+        dsts = dst.tolist()
         held = Counter(int(b) for b in retained)
-        for i, (dst, ref) in enumerate(zip(dsts, ref_cnts(dsts), strict=True)):
-            if ref - held[dst] > 1:
+        for i, (d, ref) in enumerate(zip(dsts, ref_cnts(dsts), strict=True)):
+            if ref - held[d] > 1:
                 raise InvalidCopyPair(
-                    f"pairs[{i}]: destination block {dst} is still shared ({ref} holders, "
-                    f"{held[dst]} of them this batch's retentions): writing it would change "
+                    f"pairs[{i}]: destination block {d} is still shared ({ref} holders, "
+                    f"{held[d]} of them this batch's retentions): writing it would change "
                     "what another holder reads")
 
 

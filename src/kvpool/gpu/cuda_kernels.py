@@ -36,13 +36,13 @@ def copy_segments_kernel(src, dst, segments):
         k += cuda.gridDim.x
 
 
-def launch_copy(src, dst, segments, stream=0) -> None:
+def launch_copy(src, dst, segments, stream=0, *, threads: int = THREADS,
+                max_blocks: int = MAX_BLOCKS) -> None:
     """One launch over all ``segments`` (device arrays, or numpy under the simulator)."""
     n = segments.shape[0]
     if n == 0:
         return
-    blocks = min(n, MAX_BLOCKS)
-    copy_segments_kernel[blocks, THREADS, stream](src, dst, segments)
+    copy_segments_kernel[min(n, max_blocks), threads, stream](src, dst, segments)
 
 
 def torch_stream():
