@@ -58,7 +58,7 @@ def launch_segments(src: PagedKVCache, dst: PagedKVCache, segments: np.ndarray) 
     device = src.device if src.device.type == "cuda" else dst.device
     seg = torch.from_numpy(segments).to(device, non_blocking=False)
     cuda_kernels.launch_copy(_device_view(src.words()), _device_view(dst.words()),
-                             cuda.as_cuda_array(seg), cuda_kernels.torch_stream())
+                             cuda.as_cuda_array(seg, sync=False), cuda_kernels.torch_stream())
 
 
 def _device_view(words: torch.Tensor):
@@ -67,7 +67,7 @@ def _device_view(words: torch.Tensor):
     from numba import cuda
 
     if words.device.type == "cuda":
-        return cuda.as_cuda_array(words)
+        return cuda.as_cuda_array(words, sync=False)  # launched on the same stream
     if not words.is_pinned():
         raise ValueError("a host buffer in a device transfer must be pinned")
     interface = {"shape": tuple(words.shape), "strides": None, "version": 3,
