@@ -27,6 +27,7 @@ def test_rows_grow_at_the_end_and_may_drop_positions_to_null() -> None:
     assert t.groups[0].cpu[row, :3].tolist() == [5, 6, 9]
     with pytest.raises(InvalidSlot):
         t.update("b", ([32], []))  # not a block of this cache
+    assert "b" not in t.rows  # a refused update takes no row
     with pytest.raises(InvalidArgument):
         t.update("c", (list(range(1, 10)), []))  # wider than max_num_blocks_per_req
 

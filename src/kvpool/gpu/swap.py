@@ -133,11 +133,15 @@ class Offloader:
         runs = copy_plan.coalesce(pairs)
         launch_segments(src, dst, copy_plan.segments(runs, src, dst))
 
-    def _complete(self, transfer: SwapOut) -> None:
+    def _complete(self, transfer: SwapOut, host_wait: bool = False) -> None:
         if transfer.done:
+            if host_wait and transfer.event is not None:
+                transfer.event.synchronize()
             return
         if transfer.event is None:
             self._launch(self.device, self.host, transfer.pairs)
+        elif host_wait:  # the host will read the copy
+            transfer.event.synchronize()
         else:  # the compute stream (which will write reused blocks) waits for the copy
             torch.cuda.current_stream(self.device.device).wait_event(transfer.event)
         transfer.done = True
@@ -150,10 +154,11 @@ class Offloader:
         self._pending.remove(transfer)
 
     def flush(self) -> int:
-        """Complete every swap-out in flight; how many there were."""
+        """Complete every swap-out in flight (the host copies are readable afterwards);
+        how many there were."""
         pending = list(self._pending)
         for transfer in pending:
-            self._complete(transfer)
+            self._complete(transfer, host_wait=True)
         return len(pending)
 
     def on_reuse(self, block_id: int) -> None:
