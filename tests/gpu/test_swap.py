@@ -109,3 +109,16 @@ def test_two_offloads_of_a_shared_block_are_both_told_of_its_reuse() -> None:
     pool.unpin_blocks([b, shared], off.on_reuse)  # the pool keeps one watcher per block
     pool.get_new_blocks(pool.get_num_free_blocks())
     assert first.valid_blocks(0) == 0 and second.valid_blocks(0) == 0
+
+
+def test_offloading_a_request_the_manager_does_not_hold_changes_nothing() -> None:
+    from kvpool.errors import UnknownRequest
+    from kvpool.policy import KVCacheManager, SchedulerRequest
+
+    dev, host = caches()
+    manager = KVCacheManager(CONFIG, max_model_len=64, scheduler_block_size=4,
+                             hash_block_size=4, backend="fast")
+    off = Offloader(dev, host)
+    with pytest.raises(UnknownRequest):
+        off.offload(manager, SchedulerRequest("ghost", [1, 2, 3]))
+    assert off.free_host_blocks == 6 and off.flush() == 0

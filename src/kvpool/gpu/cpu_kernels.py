@@ -15,7 +15,6 @@ copies. Segments not 16-byte aligned fall back to a word loop.
 from __future__ import annotations
 
 import numba
-import numpy as np
 from llvmlite import ir
 from numba import types as nt
 from numba.extending import intrinsic
@@ -128,11 +127,6 @@ copy_segments = numba.njit(
 """``dst[d:d+n] = src[s:s+n]`` for every row ``(s, d, n)`` of ``segments`` (in words of
 ``word_bytes``); ``src`` may be ``dst``. Returns :data:`OK`, or the index of the first
 segment outside a buffer, having copied nothing."""
-
-
-def as_numpy_words(tensor) -> np.ndarray:
-    """A CPU tensor's storage as a numpy array (shared memory, no copy)."""
-    return tensor.numpy()
 
 
 __all__ = ["OK", "copy_segments", "slot_mapping"]

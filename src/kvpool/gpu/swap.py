@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kvpool.errors import InvalidArgument
+from kvpool.errors import InvalidArgument, UnknownRequest
 from kvpool.gpu import copy_plan
 from kvpool.gpu.copier import launch_segments
 from kvpool.gpu.kv_cache import PagedKVCache
@@ -159,7 +159,13 @@ class Offloader:
         pending = list(self._pending)
         for transfer in pending:
             self._complete(transfer, host_wait=True)
+        if self._stream is not None:  # also those a watcher completed on the device only
+            self._stream.synchronize()
         return len(pending)
+
+    def can_hold(self, tables: Sequence[Sequence[int]]) -> bool:
+        """Whether the host has room for the non-null blocks of ``tables``."""
+        return sum(1 for t in tables for b in t if int(b) != 0) <= len(self._free_host)
 
     def on_reuse(self, block_id: int) -> None:
         """The watcher to register with ``unpin_blocks``: a block of a transfer in flight
@@ -174,8 +180,10 @@ class Offloader:
     def offload(self, manager: Any, request: Any) -> SwapOut:
         """Offload a request the manager holds: swap its blocks out, forget the request
         (``pop_blocks_for_free``) and unpin its blocks with :meth:`on_reuse` as watcher."""
+        if not manager.is_running(request.request_id):
+            raise UnknownRequest(f"request {request.request_id!r} holds no blocks to offload")
         tables = manager.get_block_ids(request.request_id)
-        transfer = self.swap_out(tables)
+        transfer = self.swap_out(tables)  # checked: nothing moved or held if it raises
         blocks = manager.pop_blocks_for_free(request)
         manager.block_pool.unpin_blocks([b for b in reversed(blocks) if b != 0],
                                         self.on_reuse)

@@ -180,7 +180,8 @@ class ToyEngine:
     def preempt(self, toy: ToyRequest, offload: bool = False) -> None:
         """Take a running request off the device: recompute later, or offload its blocks."""
         req = toy.request
-        if offload and self.offloader is not None:
+        if offload and self.offloader is not None and \
+                self.offloader.can_hold(self.manager.get_block_ids(req.request_id)):
             toy.transfer = self.offloader.offload(self.manager, req)
             toy.offloaded_tokens = req.num_computed_tokens
         else:
