@@ -147,6 +147,8 @@ def test_a_copy_before_its_source_is_final_is_caught(backend: str) -> None:
     assert engine.max_error() > 100 * TOLERANCE[torch.float32]
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="on CUDA the copy-out races the new owner's "
+                    "writes on another stream: whether it tears is a matter of timing")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_reuse_watcher_that_does_nothing_is_caught(backend: str) -> None:
     manager = hybrid_swa(backend, num_blocks=20)

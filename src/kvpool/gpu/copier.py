@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kvpool.errors import InvalidArgument
 from kvpool.gpu import copy_plan
 from kvpool.gpu.kv_cache import PagedKVCache
 
@@ -69,7 +70,8 @@ def _device_view(words: torch.Tensor):
     if words.device.type == "cuda":
         return cuda.as_cuda_array(words, sync=False)  # launched on the same stream
     if not words.is_pinned():
-        raise ValueError("a host buffer in a device transfer must be pinned")
+        raise InvalidArgument("a host buffer in a device transfer must be pinned "
+                              "(PagedKVCache(..., pin_memory=True))")
     interface = {"shape": tuple(words.shape), "strides": None, "version": 3,
                  "typestr": np.dtype(str(words.dtype).replace("torch.", "")).str,
                  "data": (words.data_ptr(), False)}
