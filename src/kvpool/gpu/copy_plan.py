@@ -21,6 +21,7 @@ from __future__ import annotations
 import numbers
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -46,13 +47,13 @@ def as_pair_array(pairs: Iterable[Sequence[int]]) -> np.ndarray:
             pairs.shape[1] == 3:
         return np.ascontiguousarray(pairs, dtype=np.int64)
     rows = list(pairs)
-    try:
-        plain = all(type(p) is not str and len(p) == 3 and type(p[0]) is int and
-                    type(p[1]) is int and type(p[2]) is int for p in rows)
-    except TypeError:  # an entry without a length: the slow path names it
+    try:  # C-level scans: every entry has three items, every item is exactly an int
+        flat = list(chain.from_iterable(rows))
+        plain = set(map(len, rows)) <= {3} and set(map(type, flat)) <= {int}
+    except TypeError:  # an entry that is not a sequence: the slow path names it
         plain = False
     if plain:
-        return np.array(rows, dtype=np.int64).reshape(-1, 3)
+        return np.array(flat, dtype=np.int64).reshape(-1, 3)
     out = []
     for i, pair in enumerate(rows):
         try:

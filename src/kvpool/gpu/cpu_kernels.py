@@ -7,9 +7,10 @@ machine code instead of compiling).
 Why a kernel for copies: torch's ``index_copy_`` and per-block ``copy_`` reach a fraction of
 memory bandwidth on blocks of tens of KiB (per-call overhead, and stores that first read the
 destination line). :func:`copy_segments` walks every segment of the step in one call and
-stores 16-byte vectors with *non-temporal* hints (``movntdq``): the destination is not read
-first, which is what lets ``np.copyto``'s glibc ``memcpy`` reach full bandwidth on large
-copies. Segments not 16-byte aligned fall back to a word loop.
+stores the widest aligned vectors (64, 32 or 16 bytes) with *non-temporal* hints
+(``vmovntdq``): the destination is not read first, which is what lets ``np.copyto``'s glibc
+``memcpy`` reach full bandwidth on large copies. Segments not 16-byte aligned fall back to a
+word loop.
 """
 
 from __future__ import annotations
@@ -29,21 +30,31 @@ BAD_BLOCK = 4
 NULL_BLOCK = 5
 
 
-@intrinsic
-def _stream16(typingctx, dst, src):
-    """Copy 16 bytes from address ``src`` to ``dst`` with a non-temporal store."""
-    sig = nt.void(nt.intp, nt.intp)
+def _streamer(width: int):
+    """An intrinsic copying ``width`` bytes from address ``src`` to ``dst`` as one vector,
+    stored non-temporally (both addresses must be ``width``-aligned)."""
 
-    def codegen(context, builder, signature, args):
-        d, s = args
-        vec = ir.VectorType(ir.IntType(64), 2)
-        value = builder.load(builder.inttoptr(s, vec.as_pointer()), align=16)
-        store = builder.store(value, builder.inttoptr(d, vec.as_pointer()), align=16)
-        store.set_metadata("nontemporal",
-                           builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
-        return context.get_dummy_value()
+    @intrinsic
+    def stream(typingctx, dst, src):
+        sig = nt.void(nt.intp, nt.intp)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            d, s = args
+            vec = ir.VectorType(ir.IntType(64), width // 8)
+            value = builder.load(builder.inttoptr(s, vec.as_pointer()), align=width)
+            store = builder.store(value, builder.inttoptr(d, vec.as_pointer()), align=width)
+            store.set_metadata("nontemporal",
+                               builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return stream
+
+
+_stream64 = _streamer(64)  # one cache line: AVX-512 where the CPU has it, else split by LLVM
+_stream32 = _streamer(32)
+_stream16 = _streamer(16)
 
 
 @intrinsic
@@ -110,7 +121,16 @@ def _copy_segments_impl(src, dst, segments, word_bytes):
         sa = src_base + s * word_bytes
         da = dst_base + d * word_bytes
         nbytes = n * word_bytes
-        if sa % 16 == 0 and da % 16 == 0 and nbytes % 16 == 0:
+        # The widest vector both addresses and the length are aligned to (torch's CPU
+        # allocations are 64-byte aligned, and so are blocks of 64-byte multiples).
+        aligned = sa | da | nbytes
+        if aligned % 64 == 0:
+            for i in range(nbytes // 64):
+                _stream64(da + 64 * i, sa + 64 * i)
+        elif aligned % 32 == 0:
+            for i in range(nbytes // 32):
+                _stream32(da + 32 * i, sa + 32 * i)
+        elif aligned % 16 == 0:
             for i in range(nbytes // 16):
                 _stream16(da + 16 * i, sa + 16 * i)
         else:
