@@ -113,6 +113,8 @@ def test_copy_on_write_of_partial_blocks(backend: str) -> None:
     engine.run()
     assert engine.max_error() <= TOLERANCE[torch.float32]
     assert engine.copied_pairs > 0 and engine.hit_tokens > 0
+    # at most one launch per step (none for a step whose pairs are Mamba states only)
+    assert 1 <= engine.copier.launches <= engine.copy_launch_steps
     assert manager.retained_copy_endpoints == {} and manager.usage == 0.0
 
 
@@ -157,3 +159,14 @@ def test_a_reuse_watcher_that_does_nothing_is_caught(backend: str) -> None:
     engine.run()
     assert engine.reloaded_tokens > 0
     assert engine.max_error() > 100 * TOLERANCE[torch.float32]
+
+
+def test_hits_are_never_written() -> None:
+    """The engine checks every step that no request writes into a prefix hit it holds."""
+    config = KVCacheConfig(24, (KVCacheGroupSpec(FullAttentionSpec(block_size=4, **HEADS)),))
+    manager = KVCacheManager(config, max_model_len=256, scheduler_block_size=4,
+                             hash_block_size=4, backend="fast")
+    engine = served(manager, planted="rewrite-hits")
+    shared_prefix_load(engine)
+    with pytest.raises(AssertionError, match="writes into a hit"):
+        engine.run()

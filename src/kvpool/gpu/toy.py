@@ -118,6 +118,7 @@ class ToyRequest:
     transfer: SwapOut | None = None
     offloaded_tokens: int = 0
     finished: bool = False
+    hits: tuple[list[int], ...] = ()  # its prefix hits per group, at its last admission
 
 
 class ToyEngine:
@@ -129,7 +130,9 @@ class ToyEngine:
     start of the step whose forward writes the source;
     ``"wrong-cached-block"`` hands out the first full-attention hit block in place of the
     last (a real cached block, holding other tokens); ``"ignore-reuse-watcher"`` registers
-    a watcher that does nothing, so a block reused during its copy-out is copied torn.
+    a watcher that does nothing, so a block reused during its copy-out is copied torn;
+    ``"rewrite-hits"`` recomputes a request's prefix hits into the shared blocks (refused by
+    the engine's own check that hits are never written).
     """
 
     def __init__(self, manager: KVCacheManager, model: ToyDecoder, *,
@@ -167,6 +170,7 @@ class ToyEngine:
         self.reloaded_tokens = 0
         self.null_positions = 0  # null-block table entries seen by attention groups
         self.copied_pairs = 0
+        self.copy_launch_steps = 0  # steps that launched a copy batch (one launch each)
         self.preemptions = 0
         self.steps = 0
 
@@ -244,6 +248,7 @@ class ToyEngine:
         if new is None:
             return None
         self.hit_tokens += num_hit
+        toy.hits = tuple([int(b) for b in ids] for ids in hits.blocks)
         self.reloaded_tokens += external
         if external:
             self._reload(toy, num_hit, external)
@@ -252,6 +257,9 @@ class ToyEngine:
             toy.transfer = None
         req.num_computed_tokens = num_hit + external
         req.status = RequestStatus.RUNNING
+        if self.planted == "rewrite-hits" and num_hit:  # recompute the hit tokens too
+            req.num_computed_tokens = 0
+            return toy, 0, num_hit + n
         return toy, req.num_computed_tokens, n
 
     def _partial_boundary(self, req: SchedulerRequest) -> int:
@@ -316,9 +324,11 @@ class ToyEngine:
         if pairs or retained:  # one launch, before any write of the step
             self.copier.copy(pairs, retained)
             self.copied_pairs += len(pairs)
+            self.copy_launch_steps += 1
         rows, positions, tokens = self._step_tokens(scheduled)
         slots = {g: self.tables.slot_mapping(g, rows, positions)
                  for g, grp in enumerate(self.model.groups) if grp is not None}
+        self._check_hits_not_written(scheduled, slots)
         self._write(slots, tokens, positions)
         self._attend(scheduled, rows, positions, tokens)
         self.copier.end_step()
@@ -351,6 +361,23 @@ class ToyEngine:
             tokens.extend(ids[start:start + n])
         return (np.array(rows, dtype=np.int32), np.array(positions, dtype=np.int64),
                 torch.tensor(tokens, dtype=torch.long))
+
+    def _check_hits_not_written(self, scheduled, slots) -> None:
+        """A request never writes K/V into a prefix hit it still holds: those tokens were
+        computed by whoever cached them (the point of a hit). A hit a window has dropped
+        since is no longer protected (the block may come back as a fresh one)."""
+        first = 0
+        for toy, _, n in scheduled:
+            row = self.tables.row(toy.request.request_id)
+            for g, hit in enumerate(toy.hits):
+                if g not in slots or not hit:
+                    continue
+                held = self.tables.groups[g].cpu[row, :len(hit)]
+                kept = [b for b, h in zip(held.tolist(), hit, strict=True) if b == h and b]
+                blocks = slots[g][first:first + n] // self.block_sizes[g]
+                if kept and np.isin(blocks, kept).any():
+                    raise AssertionError(f"{toy.request.request_id} writes into a hit")
+            first += n
 
     def _write(self, slots, tokens, positions) -> None:
         """K/V of the step's tokens into their slots (hits were computed before: skipped)."""
