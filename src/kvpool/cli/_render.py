@@ -56,11 +56,13 @@ def key_value_table(rows: Sequence[tuple[str, str]], title: str | None = None) -
 
 
 def grid_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None,
-               right_from: int = 1) -> Table:
-    """A table with a header row; columns from ``right_from`` on are right-aligned."""
+               right_from: int = 1, left: Sequence[int] = ()) -> Table:
+    """A table with a header row; columns from ``right_from`` on are right-aligned (numbers),
+    except those in ``left``."""
     table = Table(title=title, title_justify="left", header_style="bold")
     for i, name in enumerate(header):
-        table.add_column(name, justify="right" if i >= right_from else "left")
+        right = i >= right_from and i not in left
+        table.add_column(name, justify="right" if right else "left")
     for row in rows:
         table.add_row(*row)
     return table

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -120,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--compare and --publish cannot be combined (one event stream)")
     if args.trace and args.requests is not None:
         return _fail("--requests sizes a built-in workload; it cannot apply to --trace")
+    if args.plot:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            return _fail(f"--plot {args.plot}: no such directory {folder}")
     reports: list[ServingReport] = []
     published = None
     try:
