@@ -136,3 +136,11 @@ class UnknownRequest(KvPoolError, ValueError):
 
 
 __all__ += ["UnknownRequest"]
+
+
+class NotRetained(KvPoolError, ValueError):
+    """``release_copy_endpoints`` was given a block id that is not a retained copy endpoint
+    handed out by ``take_kv_cache_block_copies`` (never retained, or already released)."""
+
+
+__all__ += ["NotRetained"]

@@ -23,7 +23,7 @@ from kvpool.policy.coordinator import (
     UnitaryKVCacheCoordinator,
     get_kv_cache_coordinator,
 )
-from kvpool.policy.facade import KVCacheManager
+from kvpool.policy.facade import BlockCopy, KVCacheManager
 from kvpool.policy.hybrid import HybridKVCacheCoordinator
 from kvpool.policy.request import RequestStatus, SchedulerRequest
 from kvpool.policy.specs import (
@@ -43,6 +43,7 @@ from kvpool.policy.specs import (
 from kvpool.policy.stats import PrefixCacheStats
 
 __all__ = [
+    "BlockCopy",
     "ChunkedLocalAttentionSpec",
     "CrossAttentionSpec",
     "FullAttentionSpec",

@@ -78,6 +78,7 @@ class KVCacheCoordinator:
         *,
         backend: str | PoolFactory = "reference",
         retention_interval: int | None = None,
+        allow_partial_hash_hits: bool = False,
     ) -> None:
         if not isinstance(kv_cache_config, KVCacheConfig):
             raise InvalidConfig(f"kv_cache_config must be a KVCacheConfig, got {kv_cache_config!r}")
@@ -101,6 +102,10 @@ class KVCacheCoordinator:
         self.scheduler_block_size = sbs
         self.hash_block_size = hbs
         self.retention_interval = retention_interval
+        self.allow_partial_hash_hits = bool(allow_partial_hash_hits)
+        #: Whether lookups may end inside a block (§10.4); only the hybrid coordinator
+        #: turns it on, for the configurations vLLM 0.33 allows.
+        self.partial_hash_hits = False
         factory = (lambda n, **kw: make_pool(n, backend=backend, **kw)) \
             if isinstance(backend, str) else backend
         self.block_pool = factory(
@@ -150,7 +155,7 @@ class KVCacheCoordinator:
     def get_num_blocks_to_allocate(
         self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[Sequence[int]],
         num_encoder_tokens: int, total_computed_tokens: int, num_tokens_main_model: int,
-        apply_admission_cap: bool = False,
+        apply_admission_cap: bool = False, num_local_computed_tokens: int | None = None,
     ) -> int:
         """Sum over groups; cross attention is sized by the encoder tokens."""
         total = 0
@@ -162,8 +167,15 @@ class KVCacheCoordinator:
             else:
                 total += manager.get_num_blocks_to_allocate(
                     request_id, num_tokens, new_computed_blocks[i], total_computed_tokens,
-                    num_tokens_main_model, apply_admission_cap=apply_admission_cap)
+                    num_tokens_main_model, apply_admission_cap=apply_admission_cap,
+                    num_local_computed_tokens=num_local_computed_tokens)
         return total
+
+    def take_pending_copies(self) -> list[tuple[int, int, int]]:
+        """Every group's queued copy-on-write pairs as (source, dst, group id), groups in
+        order, each in the order made."""
+        return [(src, dst, g) for g, m in enumerate(self.single_type_managers)
+                for src, dst in m.take_pending_copies()]
 
     def is_tracked(self, request_id: str) -> bool:
         """Whether any manager has installed hits for the request (it is running)."""

@@ -22,10 +22,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from kvpool.errors import InvalidArgument, InvalidConfig, UnknownRequest
+from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained, UnknownRequest
 from kvpool.events import BlockStored, KVCacheEvent
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.coordinator import PoolFactory, get_kv_cache_coordinator
@@ -42,6 +43,15 @@ from kvpool.policy.specs import (
 from kvpool.policy.stats import PrefixCacheStats
 
 logger = logging.getLogger("kvpool")
+
+
+class BlockCopy(NamedTuple):
+    """One pending copy-on-write: the GPU layer copies block ``src_block_id``'s contents
+    into ``dst_block_id`` for group ``group_id`` before the step's forward pass (§10.4)."""
+
+    src_block_id: int
+    dst_block_id: int
+    group_id: int
 
 
 def _count(name: str, value: object) -> int:
@@ -78,6 +88,7 @@ class KVCacheManager:
         *,
         backend: str | PoolFactory = "reference",
         retention_interval: int | None = None,
+        allow_partial_hash_hits: bool = False,
     ) -> None:
         if not isinstance(watermark, numbers.Real) or isinstance(watermark, bool) or \
                 not watermark >= 0.0:
@@ -92,7 +103,8 @@ class KVCacheManager:
             kv_cache_config, max_model_len, max_num_batched_tokens, self.use_eagle,
             self.enable_caching, enable_kv_cache_events, dcp_world_size, pcp_world_size,
             scheduler_block_size, hash_block_size, metrics_collector,
-            backend=backend, retention_interval=retention_interval)
+            backend=backend, retention_interval=retention_interval,
+            allow_partial_hash_hits=allow_partial_hash_hits)
         self.kv_cache_config = kv_cache_config
         self.block_pool = self.coordinator.block_pool
         self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
@@ -106,8 +118,17 @@ class KVCacheManager:
         # Requests holding an allocation, with the (num_tokens, num_computed_tokens) of
         # their last successful allocate_slots: the shrink check reads them.
         self._live: dict[str, tuple[int, int]] = {}
+        # Copy endpoints handed out by take_kv_cache_block_copies and not yet released,
+        # with multiplicity (two copies may share a source).
+        self._retained: Counter[int] = Counter()
 
     # -- queries ------------------------------------------------------------------------
+
+    @property
+    def partial_hash_hits_enabled(self) -> bool:
+        """Whether hits may end inside a block (copy-on-write, §10.4): asked for with
+        ``allow_partial_hash_hits=True`` and supported by the configuration."""
+        return self.coordinator.partial_hash_hits
 
     @property
     def usage(self) -> float:
@@ -211,7 +232,7 @@ class KVCacheManager:
             full = min(request.num_tokens, self.max_model_len)
             needed = coordinator.get_num_blocks_to_allocate(
                 rid, full, hits.blocks, num_encoder_tokens, total, full,
-                apply_admission_cap=True)
+                apply_admission_cap=True, num_local_computed_tokens=local)
             if needed + watermark > pool.get_num_free_blocks():
                 return None
         main = total + num_new_tokens
@@ -220,7 +241,7 @@ class KVCacheManager:
         coordinator.remove_skipped_blocks(rid, total, request.num_prompt_tokens)
         needed = coordinator.get_num_blocks_to_allocate(
             rid, need_slots, hits.blocks, num_encoder_tokens,
-            local + num_external_computed_tokens, main)
+            local + num_external_computed_tokens, main, num_local_computed_tokens=local)
         if needed + watermark > pool.get_num_free_blocks() - reserved_blocks:
             return None
         if hits is not self.empty_kv_cache_blocks or num_external_computed_tokens > 0:
@@ -281,7 +302,12 @@ class KVCacheManager:
                 raise InvalidArgument("cross-attention groups take no prefix hits")
             if not self.enable_caching:
                 raise InvalidArgument("prefix hits given while caching is disabled")
-            if len(blocks) * manager.block_size != new_computed:
+            if self.coordinator.partial_hash_hits:
+                covers = new_computed % self.coordinator.hash_block_size == 0 and \
+                    len(blocks) == cdiv(new_computed, manager.block_size)
+            else:
+                covers = len(blocks) * manager.block_size == new_computed
+            if not covers:
                 raise InvalidArgument(
                     f"group {g}: {len(blocks)} hit blocks of {manager.block_size} tokens do "
                     f"not cover num_new_computed_tokens={new_computed}")
@@ -294,6 +320,50 @@ class KVCacheManager:
             raise InvalidArgument(
                 f"num_new_computed_tokens={new_computed} but no hit blocks were given")
         return hits
+
+    # -- copy-on-write (§10.4) ------------------------------------------------------------
+
+    def take_kv_cache_block_copies(self) -> tuple[list[BlockCopy], list[int]]:
+        """Drain the pending copies and hand over their retained endpoints.
+
+        Returns the copies the GPU layer must run before this step's forward pass, and
+        the ids held for them (each pair's source and destination, in that order). Once a
+        copy has run, the caller releases its endpoints with :meth:`release_copy_endpoints`
+        (a pipelined engine waits until the step that runs the copy has finished)."""
+        pairs = self.coordinator.take_pending_copies()
+        copies = [BlockCopy(src, dst, g) for src, dst, g in pairs]
+        retained = [b for src, dst, _ in pairs for b in (src, dst)]
+        self._retained.update(retained)
+        return copies, retained
+
+    def release_copy_endpoints(self, block_ids: Iterable[int]) -> None:
+        """Free each retained endpoint once (one pool ``free_blocks`` call, in the given
+        order). Every id must be a retained endpoint not yet released, counted with
+        multiplicity; otherwise :class:`~kvpool.errors.NotRetained` and nothing changes."""
+        ids = list(block_ids)
+        wanted = Counter(ids)
+        for b, n in wanted.items():
+            if self._retained.get(b, 0) < n:
+                raise NotRetained(
+                    f"block {b!r} is not a retained copy endpoint {n} time(s) (held "
+                    f"{self._retained.get(b, 0)}): never handed out by "
+                    f"take_kv_cache_block_copies, or already released")
+        if ids:
+            self.block_pool.free_blocks(ids)
+        self._retained.subtract(wanted)
+        self._retained += Counter()  # drop zero counts
+
+    @property
+    def pending_kv_cache_block_copies(self) -> list[BlockCopy]:
+        """The copies queued and not yet taken (a peek: nothing is drained)."""
+        return [BlockCopy(src, dst, g)
+                for g, m in enumerate(self.coordinator.single_type_managers)
+                for src, dst in m._pending_copies]
+
+    @property
+    def retained_copy_endpoints(self) -> dict[int, int]:
+        """Block id → retentions handed out and not yet released."""
+        return dict(self._retained)
 
     # -- release ------------------------------------------------------------------------
 
@@ -358,4 +428,4 @@ class KVCacheManager:
         return KVCacheBlocks(tuple(blocks))
 
 
-__all__ = ["KVCacheManager"]
+__all__ = ["BlockCopy", "KVCacheManager"]

@@ -24,7 +24,7 @@ from kvpool.errors import InvalidConfig
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.policy.coordinator import KVCacheCoordinator
 from kvpool.policy.manager import SingleTypeKVCacheManager
-from kvpool.policy.specs import FullAttentionSpec, KVCacheSpec
+from kvpool.policy.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, cdiv
 
 
 @dataclass
@@ -78,6 +78,20 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                 for gid in sg.group_ids:
                     managers[gid].use_eagle = True
         self.num_uncached_common_prefix_tokens = 0
+        if self.allow_partial_hash_hits and self.enable_caching and \
+                partial_hash_hits_supported(groups, managers, self.hash_block_size):
+            if self.eagle_group_ids:
+                raise InvalidConfig(
+                    "allow_partial_hash_hits: kvpool does not combine partial prefix hits "
+                    "with EAGLE (use_eagle / is_eagle_group); turn one of them off")
+            self.partial_hash_hits = True
+            for manager in managers:
+                manager.partial_hits = manager.supports_partial_hits
+
+    @property
+    def cache_hit_alignment_tokens(self) -> int:
+        """Hits are multiples of this: hbs with partial hits, else the scheduler block."""
+        return self.hash_block_size if self.partial_hash_hits else self.scheduler_block_size
 
     def _hashes(self, spec: KVCacheSpec, block_hashes: Sequence[bytes]) -> Sequence[bytes]:
         return resolve_block_hashes(block_hashes, self.hash_block_size, spec.block_size)
@@ -88,9 +102,60 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             self._hashes(sg.spec, block_hashes), max_length, sg.group_ids, self.block_pool,
             sg.spec, drop_eagle_block, self.scheduler_block_size)
 
+    def _lookup_partial(self, sg: SpecGroup, block_hashes: Sequence[bytes],
+                        max_length: int) -> tuple[tuple[list[int], ...], int]:
+        """A lookup at hash-block granularity; a family without it has bs == hbs."""
+        if sg.manager_cls.supports_partial_hits:
+            return sg.manager_cls.find_longest_partial_cache_hit(  # type: ignore[attr-defined]
+                block_hashes, max_length, sg.group_ids, self.block_pool, sg.spec)
+        result = sg.manager_cls.find_longest_cache_hit(
+            block_hashes, max_length, sg.group_ids, self.block_pool, sg.spec, False,
+            self.hash_block_size)
+        return result, len(result[0]) * sg.spec.block_size
+
+    def _find_partial_hit(self, block_hashes: Sequence[bytes],
+                          max_cache_hit_length: int) -> tuple[tuple[list[int], ...], int]:
+        """The fixed point at hash-block granularity (vLLM 0.33, §10.4): the same passes,
+        but lengths are exact token counts and full attention keeps ``cdiv(hit, bs)``
+        blocks, the last one possibly shared only in part."""
+        hits: list[list[int] | None] = [None] * len(self.kv_cache_config.kv_cache_groups)
+        lengths = [0] * len(hits)
+        hit = max_cache_hit_length
+        longest = 0
+        simple = len(self.attention_groups) == 2 and self.attention_groups[0].is_full_attention
+        while True:
+            curr = hit
+            for sg in self.attention_groups:
+                first = sg.group_ids[0]
+                if sg.is_full_attention and hits[first] is not None:
+                    curr = min(curr, lengths[first])
+                    continue
+                result, length = self._lookup_partial(sg, block_hashes, curr)
+                curr = length
+                for gid, blocks in zip(sg.group_ids, result, strict=True):
+                    hits[gid] = blocks
+                    lengths[gid] = length
+                longest = max(longest, curr)
+            if curr >= hit:
+                break
+            hit = curr
+            if simple:
+                break
+        for sg in self.attention_groups:
+            if sg.is_full_attention:
+                keep = cdiv(hit, sg.spec.block_size)
+                for gid in sg.group_ids:
+                    blocks = hits[gid]
+                    if blocks is not None:
+                        del blocks[keep:]
+        self.num_uncached_common_prefix_tokens = longest - hit
+        return tuple(b if b is not None else [] for b in hits), hit
+
     def find_longest_cache_hit(self, block_hashes: Sequence[bytes],
                                max_cache_hit_length: int) -> tuple[tuple[list[int], ...], int]:
         """Per group its hit blocks, and the one hit length all groups serve."""
+        if self.partial_hash_hits:
+            return self._find_partial_hit(block_hashes, max_cache_hit_length)
         hits: list[list[int] | None] = [None] * len(self.kv_cache_config.kv_cache_groups)
         hit = max_cache_hit_length
         longest = 0
@@ -155,6 +220,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         their lookups drop that block again)."""
         sbs = self.scheduler_block_size
         aligned = num_computed_tokens // sbs * sbs
+        if self.partial_hash_hits:
+            # Hits may end at any hash boundary, so no rounding (it would re-key a Mamba
+            # state that a copy-on-write made private). No EAGLE in this mode.
+            aligned = num_computed_tokens
         for manager in self.single_type_managers:
             n = aligned
             if manager.use_eagle and aligned > 0:
@@ -162,4 +231,21 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             manager.cache_blocks(request, n, self.retention_interval)
 
 
-__all__ = ["HybridKVCacheCoordinator", "SpecGroup"]
+def partial_hash_hits_supported(groups: Sequence[Any], managers: Sequence[Any],
+                                hash_block_size: int) -> bool:
+    """vLLM 0.33's condition for partial hits: an align-mode Mamba group with blocks
+    larger than a hash block, every Mamba group in align mode, and every other group
+    either able to look up inside a block or hashed at its own block size."""
+    specs = [g.kv_cache_spec for g in groups]
+    if not any(isinstance(s, MambaSpec) and s.mamba_cache_mode == "align"
+               and s.block_size > hash_block_size for s in specs):
+        return False
+    for spec, manager in zip(specs, managers, strict=True):
+        if isinstance(spec, MambaSpec) and spec.mamba_cache_mode != "align":
+            return False
+        if not manager.supports_partial_hits and spec.block_size != hash_block_size:
+            return False
+    return True
+
+
+__all__ = ["HybridKVCacheCoordinator", "SpecGroup", "partial_hash_hits_supported"]

@@ -23,6 +23,8 @@ from kvpool.policy.specs import KVCacheSpec, MambaSpec, cdiv
 class MambaManager(SingleTypeKVCacheManager):
     """Mamba state blocks, plain or in align mode; see the module docstring."""
 
+    supports_partial_hits = True
+
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: Any, **kwargs: Any) -> None:
         super().__init__(kv_cache_spec, block_pool, **kwargs)
         assert isinstance(kv_cache_spec, MambaSpec)
@@ -67,6 +69,31 @@ class MambaManager(SingleTypeKVCacheManager):
                 blocks.append(b)
             break  # only the newest state matters
         return hits
+
+    @classmethod
+    def find_longest_partial_cache_hit(
+        cls,
+        fine_hashes: Sequence[bytes],
+        max_length: int,
+        kv_cache_group_ids: Sequence[int],
+        block_pool: Any,
+        kv_cache_spec: KVCacheSpec,
+    ) -> tuple[tuple[list[int], ...], int]:
+        """The rightmost cached state at hash-block granularity (§10.4): a state may end
+        inside a block. Returns ``[null] × i + [state]`` per group and the hit tokens."""
+        hbs = block_pool.hash_block_size
+        ratio = kv_cache_spec.block_size // hbs
+        groups = list(kv_cache_group_ids)
+        hits: tuple[list[int], ...] = tuple([] for _ in groups)
+        for fine in range(min(max_length // hbs, len(fine_hashes)) - 1, -1, -1):
+            cached = block_pool.get_cached_block(fine_hashes[fine], groups)
+            if cached is None:
+                continue
+            for blocks, b in zip(hits, cached, strict=True):
+                blocks.extend([block_pool.null_block] * (fine // ratio))
+                blocks.append(b)
+            return hits, (fine + 1) * hbs
+        return hits, 0
 
     @classmethod
     def reachable_block_mask(
@@ -127,6 +154,7 @@ class MambaManager(SingleTypeKVCacheManager):
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        num_local_computed_tokens: int | None = None,
     ) -> int:
         if new_computed_blocks and \
                 self._last_key.get(new_computed_blocks[-1]) in self.cached_blocks_this_step:
@@ -136,7 +164,7 @@ class MambaManager(SingleTypeKVCacheManager):
             num_tokens += self.kv_cache_spec.block_size * self.num_speculative_blocks
             return super().get_num_blocks_to_allocate(
                 request_id, num_tokens, new_computed_blocks, total_computed_tokens,
-                num_tokens_main_model, apply_admission_cap)
+                num_tokens_main_model, apply_admission_cap, num_local_computed_tokens)
         required = cdiv(num_tokens_main_model, self.block_size) + self.num_speculative_blocks
         held = len(self.req_to_blocks.get(request_id, ()))
         hit_tokens = len(new_computed_blocks) * self.block_size
@@ -145,7 +173,14 @@ class MambaManager(SingleTypeKVCacheManager):
             return self._blocks_with_external_tokens(
                 required, new_computed_blocks, total_computed_tokens)
         new = required - len(new_computed_blocks) - held
-        if new > 0:
+        partial = self.has_partial_local_hit(new_computed_blocks, num_local_computed_tokens) \
+            or request_id in self._partial_hit_reqs
+        if partial:
+            # vLLM 0.33: one block more for the copy, capped at what one step can take.
+            new = max(new, 0) + 1
+            first = request_id not in self._allocated_block_reqs
+            new = min(new, 2 + (self.num_speculative_blocks if first else 0))
+        elif new > 0:
             new = 1 if request_id in self._allocated_block_reqs \
                 else 1 + self.num_speculative_blocks
         # A non-positive ``new`` is not clamped (vLLM 0.25.1 and 0.33 alike): it can lower
@@ -178,7 +213,12 @@ class MambaManager(SingleTypeKVCacheManager):
         spec = self.num_speculative_blocks
         required = cdiv(num_tokens_main_model, self.block_size) + spec
         table = self.req_to_blocks.setdefault(request_id, [])
-        if required <= len(table):
+        partial = self._partial_hit_reqs.pop(request_id, None)
+        if required <= len(table) and partial is None:
+            if self.partial_hits:
+                # vLLM 0.33 marks the request allocated here too (0.25.1 does not), so a
+                # state it checkpoints next is copied out on the running-request path.
+                self._allocated_block_reqs.add(request_id)
             return []
         previous = len(table)
         allocated_before = request_id in self._allocated_block_reqs
@@ -196,11 +236,34 @@ class MambaManager(SingleTypeKVCacheManager):
                     break
                 table.append(table[idx])
                 table[idx] = self.null_block
-        n = required - len(table)
-        assert n <= (1 if allocated_before else 1 + spec), "Mamba align sizing broke"
-        table.extend(self.block_pool.get_new_blocks(n))
+        n = max(required - len(table), 0) + (partial is not None)
+        assert n <= (1 if allocated_before else 1 + spec) + (partial is not None), \
+            "Mamba align sizing broke"
+        fresh = list(self.block_pool.get_new_blocks(n))
+        returned = table[previous:]
+        if partial is not None:
+            dst, fresh = fresh[0], fresh[1:]
+            if allocated_before:
+                self._copy_running_state(partial[1], dst)
+            else:
+                self.apply_copy_on_write(request_id, partial[0], partial[1], dst)
+                returned.insert(0, dst)
+        table.extend(fresh)
         self._allocated_block_reqs.add(request_id)
-        return table[previous:]
+        return returned + fresh
+
+    def _copy_running_state(self, source: int, dst: int) -> None:
+        """The running request's boundary state in ``source`` is about to be overwritten;
+        its worker table is append-only, so the request keeps ``source`` and the cache
+        entry moves to the fresh ``dst``, which the queued copy fills this step (§10.4).
+        ``source`` gets a retention ref; ``dst``'s only ref is its retention."""
+        key = self._last_key.get(source)
+        self.block_pool.move_block_hashes(source, dst)
+        self._pending_copies.append((source, dst))
+        self.block_pool.touch([source])
+        if key is not None:
+            self._last_key[dst] = key
+            self.cached_blocks_this_step.add(key)  # filled only by this step's copy
 
     def pop_blocks_for_free(self, request_id: str) -> list[int]:
         """Also forgets align state, so a resumed request starts over."""
@@ -215,6 +278,8 @@ class MambaManager(SingleTypeKVCacheManager):
         before = self.num_cached_block.get(rid, 0)
         super().cache_blocks(request, num_tokens, retention_interval)
         after = self.num_cached_block.get(rid, 0)
+        if self.align and self.partial_hits:
+            self._cache_partial_tail_block(request, num_tokens)
         if after <= before:
             return
         hashes = resolve_block_hashes(request.block_hashes, self.block_pool.hash_block_size,
@@ -227,6 +292,34 @@ class MambaManager(SingleTypeKVCacheManager):
             key = pack_key(hashes[position], self.kv_cache_group_id)
             self._last_key[block] = key
             self.cached_blocks_this_step.add(key)
+
+    def _cache_partial_tail_block(self, request: Any, num_tokens: int) -> None:
+        """Key the state at the prompt's last hash boundary (``prompt − 1`` rounded down to
+        hbs) when this step computed exactly up to it (§10.4). A state inside a block is
+        overwritten by the next step, so the request's next allocation copies it out
+        (:meth:`_copy_running_state`) and it is keyed again once its block is full."""
+        hbs = self.block_pool.hash_block_size
+        boundary = max(0, (request.num_prompt_tokens - 1) // hbs * hbs)
+        if num_tokens <= 0 or num_tokens != boundary:
+            return
+        rid = request.request_id
+        table = self.req_to_blocks.get(rid, [])
+        position = cdiv(num_tokens, self.block_size) - 1
+        if position >= len(table) or table[position] == self.null_block:
+            return
+        source = table[position]
+        if self.block_pool.observe().key_tokens(source) == num_tokens:
+            return  # already keyed here (a hit, or an earlier step)
+        key = self.block_pool.cache_partial_block(request, source, num_tokens,
+                                                  self.kv_cache_group_id, self.block_size)
+        if key is None:
+            return
+        if self.block_pool.observe().key_tokens(source) == num_tokens:
+            self._last_key[source] = key  # the partial entry is the block's primary
+        self.cached_blocks_this_step.add(key)
+        if num_tokens % self.block_size:
+            self._partial_hit_reqs[rid] = (position, source)
+            self.num_cached_block[rid] = position
 
     def new_step_starts(self) -> None:
         self.cached_blocks_this_step.clear()

@@ -32,6 +32,9 @@ class SingleTypeKVCacheManager:
 
     #: Spec classes (exact types) whose fresh blocks are reported for KV zeroing.
     zeroed_spec_types: ClassVar[tuple[type, ...]] = ()
+    #: Whether the family can answer a lookup that ends inside a block (vLLM 0.33's
+    #: fine-grained hash lookup; full attention and Mamba).
+    supports_partial_hits: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -58,6 +61,12 @@ class SingleTypeKVCacheManager:
         self.num_cached_block: dict[str, int] = {}
         self.new_block_ids: list[int] = []
         self.use_eagle = False  # set by the coordinator
+        # Partial hits and copy-on-write (BEHAVIOUR.md §10.4), set by the coordinator.
+        self.partial_hits = False
+        # request → (table position, shared source block) of a hit that ends inside a block.
+        self._partial_hit_reqs: dict[str, tuple[int, int]] = {}
+        # (source, destination) copies queued for the GPU layer, in the order made.
+        self._pending_copies: list[tuple[int, int]] = []
 
     # -- sizing -------------------------------------------------------------------------
 
@@ -69,9 +78,11 @@ class SingleTypeKVCacheManager:
         total_computed_tokens: int,
         num_tokens_main_model: int,
         apply_admission_cap: bool = False,
+        num_local_computed_tokens: int | None = None,
     ) -> int:
         """Blocks an allocation for ``num_tokens`` slots takes from the free count,
-        counting the hits it will touch out of the queue (evictable hits)."""
+        counting the hits it will touch out of the queue (evictable hits), plus the
+        copy-on-write block of a hit that ends inside a block (§10.4)."""
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap and self._max_admission_blocks_per_request is not None:
             required = min(required, self._max_admission_blocks_per_request)
@@ -86,7 +97,17 @@ class SingleTypeKVCacheManager:
         new = max(required - max(skipped, len(new_computed_blocks) + held), 0)
         # Hits that fall out of the window are never touched, so they take nothing.
         first_kept = max(0, skipped - held)
+        if self.has_partial_local_hit(new_computed_blocks, num_local_computed_tokens):
+            new += 1  # the private copy that replaces the shared tail block
         return new + num_evictable(self.block_pool, new_computed_blocks[first_kept:])
+
+    def has_partial_local_hit(self, new_computed_blocks: Sequence[int],
+                              num_local_computed_tokens: int | None) -> bool:
+        """Whether the prefix hit ends inside a block: its tail block is shared and the
+        request will write past the hit, so it needs a private copy (§10.4)."""
+        return (self.partial_hits and bool(new_computed_blocks)
+                and num_local_computed_tokens is not None
+                and num_local_computed_tokens % self.block_size != 0)
 
     # -- allocation ---------------------------------------------------------------------
 
@@ -109,6 +130,11 @@ class SingleTypeKVCacheManager:
         table.extend([self.null_block] * skipped)
         table.extend(kept)
         self.num_cached_block[request_id] = len(table)
+        if self.has_partial_local_hit(kept, num_local_computed_tokens):
+            # The copy replaces the tail at allocation; it is keyed once it is full.
+            position = num_local_computed_tokens // self.block_size
+            self._partial_hit_reqs[request_id] = (position, kept[-1])
+            self.num_cached_block[request_id] = position
 
     def allocate_external_computed_blocks(
         self, request_id: str, num_local_computed_tokens: int, num_external_computed_tokens: int
@@ -129,15 +155,43 @@ class SingleTypeKVCacheManager:
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
-        """Grow the table to ``cdiv(num_tokens, bs)`` blocks; the new ids."""
+        """Grow the table to ``cdiv(num_tokens, bs)`` blocks; the new ids (a partial hit's
+        private copy first)."""
+        copied: list[int] = []
+        partial = self._partial_hit_reqs.pop(request_id, None)
+        if partial is not None:
+            # Sizing reserved this block; replacing in place keeps the count below right.
+            dst = self.block_pool.get_new_blocks(1)[0]
+            self.apply_copy_on_write(request_id, partial[0], partial[1], dst)
+            self.new_block_ids.append(dst)
+            copied.append(dst)
         table = self.req_to_blocks.setdefault(request_id, [])
         n = cdiv(num_tokens, self.block_size) - len(table)
         if n <= 0:
-            return []
+            return copied
         fresh = list(self.block_pool.get_new_blocks(n))
         table.extend(fresh)
         self._note_new_blocks(fresh)
-        return fresh
+        return copied + fresh
+
+    def apply_copy_on_write(self, request_id: str, position: int, source: int,
+                            dst: int) -> None:
+        """A new request's shared tail ``source`` becomes the private ``dst`` in its table.
+
+        Both stay held until the GPU layer has run the copy: ``source`` keeps the hit's
+        ref (now a retention, no longer a table slot) and ``dst`` gets one ref more than its
+        table slot. The facade hands both out as retained endpoints (§10.4).
+        """
+        table = self.req_to_blocks[request_id]
+        assert table[position] == source and source != self.null_block
+        table[position] = dst
+        self._pending_copies.append((source, dst))
+        self.block_pool.touch([dst])  # the retention ref (dst is held: no queue change)
+
+    def take_pending_copies(self) -> list[tuple[int, int]]:
+        """Drain the (source, destination) copies queued since the last call."""
+        copies, self._pending_copies = self._pending_copies, []
+        return copies
 
     def _note_new_blocks(self, fresh: Sequence[int]) -> None:
         if type(self.kv_cache_spec) in self.zeroed_spec_types:
@@ -218,6 +272,7 @@ class SingleTypeKVCacheManager:
     def pop_blocks_for_free(self, request_id: str) -> list[int]:
         """Forget the request; its blocks in table order (the caller frees them reversed)."""
         self.num_cached_block.pop(request_id, None)
+        self._partial_hit_reqs.pop(request_id, None)
         return self.req_to_blocks.pop(request_id, [])
 
     def free(self, request_id: str) -> None:
