@@ -25,7 +25,7 @@ from typing import Any
 
 from kvpool.backends import BACKENDS
 from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
-from kvpool.cli._publish import add_publish_arguments, format_published, publishing
+from kvpool.cli._publish import add_publish_arguments, published_rows, publishing
 from kvpool.cli._render import (
     grid_table,
     key_value_table,
@@ -148,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
             record["publisher"] = published
         print(json.dumps(record))
         return 0
-    print_renderable(key_value_table(summary_rows(report, _source(args))))
+    rows = summary_rows(report, _source(args))
     if published is not None:
-        print(format_published(published, len("blocks allocated")))
+        rows += published_rows(published)
+    print_renderable(key_value_table(rows))
     if args.plot:
         print(f"plot written to {args.plot}")
     return 0
