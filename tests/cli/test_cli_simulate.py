@@ -101,6 +101,13 @@ def test_requests_with_a_trace_file_is_refused(tmp_path, capsys):
     assert "--requests" in capsys.readouterr().err
 
 
+def test_workload_with_a_trace_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    write_trace(synthetic_trace(num_requests=2, seed=1), path)
+    assert main(["simulate", "--trace", str(path), "--workload", "doc-qa"]) == 2
+    assert "--workload" in capsys.readouterr().err
+
+
 def test_a_trace_line_with_a_missing_field_is_named(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
     path.write_text('{"id": "a", "arrival_step": 0, "prompt": [1, 2]}\n')

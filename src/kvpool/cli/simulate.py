@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trace", metavar="FILE",
                         help="JSONL trace to replay instead of a built-in workload")
-    parser.add_argument("--workload", choices=list(WORKLOADS), default=DEFAULT_WORKLOAD,
+    parser.add_argument("--workload", choices=list(WORKLOADS), default=None,
                         help=f"built-in workload (default {DEFAULT_WORKLOAD}; see below)")
     parser.add_argument("--model", choices=list(MODELS), default="full",
                         help="model shape: its KV cache groups (default full; see below)")
@@ -121,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--compare and --publish cannot be combined (one event stream)")
     if args.trace and args.requests is not None:
         return _fail("--requests sizes a built-in workload; it cannot apply to --trace")
+    if args.trace and args.workload is not None:
+        return _fail("--workload and --trace both name what to replay: choose one")
+    args.workload = args.workload or DEFAULT_WORKLOAD
     if args.plot:
         folder = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(folder):
