@@ -218,3 +218,10 @@ def test_json_draws_no_progress_bar_even_on_a_terminal():
     done, drawn = _stderr_on_a_terminal([*LONGER, "--json"])
     assert done.returncode == 0 and drawn == ""
     assert list(json.loads(done.stdout)) == JSON_KEYS
+
+
+@pytest.mark.parametrize("block_size", ["1", "64"])
+def test_any_block_size_runs(block_size, capsys):
+    assert main(["simulate", "--backend", "reference", "--requests", "5", "--block-size",
+                 block_size, "--num-blocks", "30000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests"] == 5
