@@ -115,20 +115,19 @@ class _Live:
     """A request the scheduler knows: its facade request, decode progress and the
     full-attention decode blocks still promised to it (``owed``)."""
 
-    __slots__ = ("outputs", "owed", "request", "spec")
+    __slots__ = ("generated", "outputs", "owed", "prompt_len", "request", "spec")
 
     def __init__(self, spec: TraceRequest, request: SchedulerRequest) -> None:
         self.spec = spec
         self.request = request
         self.outputs = output_tokens(spec.id, spec.output_len)
         self.owed = 0
-
-    @property
-    def generated(self) -> int:
-        return self.request.num_tokens - len(self.spec.prompt)
+        self.prompt_len = len(spec.prompt)
+        self.generated = 0  # output tokens sampled (the request holds them)
 
     def sample(self) -> None:
         self.request.append_output_token_ids(self.outputs[self.generated])
+        self.generated += 1
 
 
 def check_fits(trace: Sequence[TraceRequest], manager: KVCacheManager, block_size: int) -> None:
@@ -338,7 +337,7 @@ class _Scheduler:
                 self._release(live)
                 self.finished += 1
                 continue
-            position = request.num_tokens - 1  # the last sampled token's KV slot
+            position = live.prompt_len + live.generated - 1  # the last sampled token's slot
             if skip and 0 < position % bs < bs - 1:
                 request.num_computed_tokens += 1  # a call would change nothing
                 live.sample()
