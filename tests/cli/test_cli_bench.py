@@ -79,7 +79,8 @@ def test_the_text_report_has_a_table_and_the_targets(capsys):
     assert main(["bench", "--repeat", "1", "--quick", "--suite", "micro",
                  "--backends", PAIR]) == 0
     out = capsys.readouterr().out
-    assert "[micro]" in out and f"{OTHER}/ref" in out and "[targets]" in out
+    assert "suite: micro" in out and f"{OTHER}/ref" in out and "targets" in out
+    assert "┃ figure" in out  # a rich table, not a hand-aligned one
 
 
 def test_an_unknown_backend_exits_2(capsys):

@@ -6,6 +6,7 @@ import pytest
 
 from kvpool.errors import BackendUnavailable
 from kvpool.workload import SimulationReport, simulate, synthetic_trace, write_trace
+from kvpool.workload.serving import ServingReport
 
 
 def test_simulate_replays_the_built_in_trace_by_default():
@@ -30,7 +31,8 @@ def test_a_trace_file_and_the_same_requests_in_memory_replay_alike(tmp_path):
 
 def test_the_json_keys_come_first_in_to_dict():
     report = simulate(backend="spec", num_requests=3, num_blocks=256, warmup=False)
-    assert list(report.to_dict())[:8] == list(SimulationReport.JSON_FIELDS)
+    assert list(report.to_dict())[:10] == list(ServingReport.JSON_FIELDS)
+    assert list(report.summary()) == list(ServingReport.JSON_FIELDS)
 
 
 def test_an_unknown_backend_is_backend_unavailable():

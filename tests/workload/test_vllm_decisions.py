@@ -17,6 +17,7 @@ import pytest
 
 from kvpool import make_pool
 from kvpool.workload.driver import replay
+from kvpool.workload.simulate import simulate
 from kvpool.workload.trace import load_trace
 
 from .kit_trace import (
@@ -51,3 +52,14 @@ def test_the_rebuilt_trace_is_the_kits_own(trace, tmp_path):
     subprocess.run([sys.executable, str(KIT_DIR / "gen_trace.py"), str(out)], check=True,
                    capture_output=True)
     assert load_trace(out) == trace
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="needs numba (fast)")
+def test_simulate_through_the_kv_cache_manager_makes_vllms_decisions(trace):
+    """``kvpool simulate`` drives the facade, not the bare pool: same figures (issue 8 item
+    2 kept through issue 12)."""
+    report = simulate(trace, backend="fast", num_blocks=KIT_POOL_BLOCKS,
+                      block_size=KIT_BLOCK_SIZE, max_running=KIT_MAX_RUNNING, warmup=False)
+    decisions = report.decisions()
+    assert {k: decisions[k] for k in VLLM_025_DECISIONS} == VLLM_025_DECISIONS
+    assert report.preemptions == 0

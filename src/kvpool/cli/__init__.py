@@ -17,7 +17,7 @@ from kvpool.errors import KvPoolError
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for ``yes | head``: the reader left early."""
 
-SUBCOMMANDS = ("simulate", "check", "contracts", "bench", "subscribe")
+SUBCOMMANDS = ("simulate", "explain", "check", "contracts", "bench", "subscribe")
 
 
 def build_parser() -> argparse.ArgumentParser:

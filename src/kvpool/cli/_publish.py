@@ -108,8 +108,8 @@ def publishing(args: argparse.Namespace) -> Iterator[Publishing | None]:
         publisher.close()
 
 
-def format_published(p: dict[str, Any], width: int) -> str:
-    """The publishing rows of the summary, names padded to ``width``."""
+def published_rows(p: dict[str, Any]) -> list[tuple[str, str]]:
+    """The publishing rows of the summary, as (what, value)."""
     per_call = p["publish_s"] / p["publish_calls"] * 1e6 if p["publish_calls"] else 0.0
     rows = [
         ("published", f"{p['published_batches']} batches, {p['published_events']} events on "
@@ -120,4 +120,4 @@ def format_published(p: dict[str, Any], width: int) -> str:
                        f"{p['dropped_events']} dropped)"),
         ("replays", f"{p['replay_requests']} requests, {p['replayed_batches']} batches resent"),
     ]
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    return rows

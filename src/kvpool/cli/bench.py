@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, format_results, run_bench
+from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, run_bench
+from kvpool.bench.report import format_value
 from kvpool.bench.runner import hashing_available
 from kvpool.cli._args import non_negative_int, positive_int
+from kvpool.cli._render import grid_table, print_renderable
 from kvpool.errors import KvPoolError
 
 
@@ -58,7 +61,6 @@ def run_vs_vllm(args: argparse.Namespace) -> int:
         VllmDivergence,
         VsVllmConfig,
         default_kit,
-        format_table,
         run_vs_vllm,
     )
 
@@ -78,7 +80,10 @@ def run_vs_vllm(args: argparse.Namespace) -> int:
     except (KvPoolError, OSError) as exc:
         print(f"kvpool bench: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result) if args.json else format_table(result))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_vs_vllm(result)
     return 0
 
 
@@ -104,6 +109,91 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results))
     else:
-        print(format_results(results))
+        print_results(results)
     missed = [t for t in results["targets"] if t["met"] is False]
     return 1 if args.check and missed else 0
+
+
+def print_results(results: dict[str, Any]) -> None:
+    """One table per suite (figures × backends, then each backend's ratio to the
+    reference), then the targets."""
+    ratio_table = results.get("ratios", {})
+    meta = results.get("meta", {})
+    print(f"kvpool bench: medians of {meta.get('repeat', '?')} runs"
+          + (" (quick sizes)" if meta.get("quick") else "")
+          + "; ratio = times better than kvpool's reference backend in the same run "
+          "(reference ratios, not vLLM's: for those, kvpool bench --vs-vllm PYTHON)")
+    tables = []
+    for suite in meta.get("suites", []):
+        figures = results.get(suite, {})
+        if not figures:
+            continue
+        backends = list(figures)
+        ratio_backends = [b for b in backends if b in ratio_table.get(suite, {})]
+        names = list(dict.fromkeys(n for b in backends for n in figures[b]))
+        header = ["figure", *backends, *(f"{b}/ref" for b in ratio_backends)]
+        rows = []
+        for name in names:
+            row = [name]
+            row += [format_value(name, figures[b][name]) if name in figures[b] else "-"
+                    for b in backends]
+            row += [f"{ratio_table[suite][b][name]:.1f}x" if name in ratio_table[suite][b]
+                    else "-" for b in ratio_backends]
+            rows.append(row)
+        tables.append(grid_table(header, rows, title=f"suite: {suite}"))
+    targets = results.get("targets", [])
+    if targets:
+        rows = []
+        for t in targets:
+            if t["met"] is None:
+                verdict = "not measured" + (" (quick sizes)" if meta.get("quick") else "")
+                value = "-"
+            else:
+                verdict = "met" if t["met"] else "NOT met"
+                value = (f"{t['value']:.1f}x" if t["name"] in _RATIO_TARGETS
+                         else format_value(t["figure"], t["value"]))
+            rows.append([t["name"], value, verdict])
+        tables.append(grid_table(["target (fast backend)", "measured", "verdict"], rows,
+                                 title="targets", left=(2,)))
+    print_renderable(*tables)
+
+
+def _ratio_target_names() -> set[str]:
+    from kvpool.bench.report import TARGETS
+
+    return {t.name for t in TARGETS if t.kind == "min_ratio"}
+
+
+_RATIO_TARGETS = _ratio_target_names()
+
+
+def print_vs_vllm(result: dict[str, Any]) -> None:
+    """kvpool against the real vLLM: one row per figure and clock, CPU rows first."""
+    columns = result["meta"]["backends"]
+    header = ["figure", "clock", "vLLM"]
+    for c in columns:
+        header += [c, f"{c} ratio"]
+    header.append("target (fast, cpu)")
+    rows = []
+    for row in result["rows"]:
+        cells = [row["figure"], row["clock"], _number(row["vllm"])]
+        for c in columns:
+            ratio = row["ratio"].get(c)
+            cells += [_number(row["kvpool"].get(c)), f"{ratio:.2f}x" if ratio else "-"]
+        if "target" in row:
+            verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
+            cells.append(f">= {row['target']:g}x {verdict}")
+        else:
+            cells.append("")
+        rows.append(cells)
+    meta = result["meta"]
+    print_renderable(grid_table(header, rows, title="kvpool against the real vLLM", left=(1,)))
+    print(f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
+          f"kvpool python {meta['python']}; medians of {meta['rounds']} interleaved rounds; "
+          "ratio = times better than vLLM; deterministic figures equal")
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.4f}"

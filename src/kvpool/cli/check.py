@@ -1,7 +1,8 @@
 """``kvpool check``: differential check of backends against the spec, N steps at a time.
 
 Calls :func:`kvpool.harness.run_check` and formats its :class:`~kvpool.harness.CheckReport`.
-A plain-text progress bar goes to stderr; the report (or ``--json``) to stdout. The seed is
+A progress bar goes to stderr (rich; only when stderr is a terminal and without ``--json``);
+the report (a table, or ``--json``) to stdout. The seed is
 always printed, so any run can be repeated with ``--seed``.
 
 Exit status: 0 all backends agreed; 1 a divergence or invariant violation was found (the
@@ -17,10 +18,16 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
-from typing import TextIO
+from collections.abc import Callable, Iterator
 
 from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
+from kvpool.cli._render import (
+    grid_table,
+    key_value_table,
+    print_renderable,
+    progress_bar,
+    progress_enabled,
+)
 from kvpool.errors import BackendUnavailable
 
 
@@ -64,18 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _progress_bar(stream: TextIO):
-    def show(done: int, total: int, elapsed: float) -> None:
-        fraction = min(1.0, done / total)
-        filled = int(fraction * 30)
-        rate = done / elapsed if elapsed else 0.0
-        stream.write(
-            f"\r[{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
-            f"{done}/{total} steps {rate:,.0f} steps/s"
-        )
-        stream.flush()
-
-    return show
+def _harness_progress(update: Callable[[int, int], None]) -> Callable[[int, int, float], None]:
+    """The harness's ``progress(done, total, elapsed)`` driving a bar's ``update``."""
+    return lambda done, total, elapsed: update(done, total)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,8 +108,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     if args.vllm_version:
         backends = [f"vllm:{args.vllm_version}" if b == "vllm" else b for b in backends]
+    enabled = progress_enabled(args.json)
     try:
-        with _stdout_to_stderr(args.json):
+        with _stdout_to_stderr(args.json), progress_bar("check", enabled) as update:
             report = run_check(
                 backends,
                 args.steps,
@@ -119,17 +118,15 @@ def run(args: argparse.Namespace) -> int:
                 num_blocks=args.num_blocks,
                 invalid_calls=not args.valid_only,
                 shrink=not args.no_shrink,
-                progress=None if args.json else _progress_bar(sys.stderr),
+                progress=_harness_progress(update) if enabled else None,
             )
     except BackendUnavailable as exc:
         print(f"kvpool check: {exc}", file=sys.stderr)
         return 2
-    if not args.json:
-        sys.stderr.write("\n")
     if args.json:
         print(json.dumps(report.to_json()))
     else:
-        print(format_report(report))
+        print_report(report)
     return 0 if report.ok else 1
 
 
@@ -158,12 +155,15 @@ def run_exhaustive(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.to_json() for r in reports]))
     else:
+        header = ["verdict", "scope", "states", "transitions", "accepted", "rejected",
+                  "depth", "time"]
+        rows = [["ok" if r.ok else "FAILED", r.scope, f"{r.states:,}", f"{r.transitions:,}",
+                 f"{r.accepted:,}", f"{r.rejected:,}", str(r.depth), f"{r.seconds:.1f} s"]
+                for r in reports]
+        print_renderable(grid_table(header, rows, title="exhaustive check", right_from=2))
         for r in reports:
-            verdict = "ok" if r.ok else "FAILED"
-            print(f"{verdict:6} {r.states:6} states {r.transitions:8} transitions "
-                  f"({r.accepted} accepted, {r.rejected} rejected, depth {r.depth}) "
-                  f"{r.seconds:6.1f} s  {r.scope}")
             if r.failure:
+                print(f"{r.scope}:")
                 print(r.failure)
     return 0 if all(r.ok for r in reports) else 1
 
@@ -189,24 +189,34 @@ def _stdout_to_stderr(active: bool) -> Iterator[None]:
         os.close(saved)
 
 
-def format_report(report) -> str:
-    """The human-readable summary of one check."""
-    lines = [
-        f"backends: {', '.join(report.backends)} (oracle: {report.backends[0]})",
-        f"seed: {report.seed}",
-        f"steps: {report.steps} in {report.examples} examples, {report.elapsed_s:.1f} s "
-        f"({report.steps_per_s:,.0f} steps/s)",
-        f"divergences: {report.divergences}, invariant violations: {report.invariant_violations}",
-        f"PYTHONHASHSEED: {report.hash_seed}",
+def summary_rows(report) -> list[tuple[str, str]]:
+    """The check's figures as (what, value) rows."""
+    rows = [
+        ("backends", f"{', '.join(report.backends)} (oracle: {report.backends[0]})"),
+        ("seed", f"{report.seed}"),
+        ("steps", f"{report.steps:,} in {report.examples:,} examples, {report.elapsed_s:.1f} s "
+                  f"({report.steps_per_s:,.0f} steps/s)"),
+        ("divergences", f"{report.divergences}"),
+        ("invariant violations", f"{report.invariant_violations}"),
+        ("PYTHONHASHSEED", f"{report.hash_seed}"),
     ]
     if report.not_generated:
-        lines.append("not generated (outside a backend's API): " + ", ".join(report.not_generated))
+        rows.append(("not generated", "outside a backend's API: "
+                     + ", ".join(report.not_generated)))
     for what, calls in report.documented_deviations.items():
-        lines.append(f"documented deviation, tolerated in {calls} call(s): {what}")
+        rows.append(("documented deviation", f"tolerated in {calls} call(s): {what}"))
+    return rows
+
+
+def print_report(report) -> None:
+    """The summary table, then (on failure) the failure and its reproduction as plain text,
+    so that it can be pasted as it is."""
+    verdict = "all backends agree" if report.ok else "DIVERGENCE"
+    print_renderable(key_value_table(summary_rows(report), title=f"kvpool check: {verdict}"))
     if not report.ok:
-        lines.append(f"first failure after {report.steps_to_first_divergence} steps"
-                     + (f", in rule {report.failure_rule}:" if report.failure_rule else ":"))
-        lines.append(report.failure or "")
+        print(f"first failure after {report.steps_to_first_divergence} steps"
+              + (f", in rule {report.failure_rule}:" if report.failure_rule else ":"))
+        print(report.failure or "")
         if report.reproduction and report.reproduction not in (report.failure or ""):
-            lines += ["", "Minimal reproduction:", report.reproduction]
-    return "\n".join(lines)
+            print("\nMinimal reproduction:")
+            print(report.reproduction)

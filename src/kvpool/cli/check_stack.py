@@ -16,6 +16,7 @@ import json
 import random
 import sys
 
+from kvpool.cli._render import grid_table, print_renderable, progress_bar, progress_enabled
 from kvpool.errors import BackendUnavailable
 
 
@@ -49,27 +50,28 @@ def run_stack(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     reports = []
     for name in names:
-        def progress(done: int, name: str = name) -> None:
-            if not args.json:
-                sys.stderr.write(f"\r{name}: {done}/{args.steps} steps")
-                sys.stderr.flush()
-
         try:
-            report = run_stack_check(name, backends, args.steps, seed, extra, progress)
+            with progress_bar(name, progress_enabled(args.json)) as update:
+                report = run_stack_check(name, backends, args.steps, seed, extra,
+                                         lambda done: update(done, args.steps))
         except BackendUnavailable as exc:
             print(f"kvpool check: {exc}", file=sys.stderr)
             return 2
-        if not args.json:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-            print(f"{name:18} {report.steps:7} steps  {report.divergences} divergences  "
-                  f"{report.elapsed_s:6.1f} s  seed {seed}  "
-                  f"[{', '.join(f'{k} {v}' for k, v in sorted(report.coverage.items()))}]")
-            if report.failure:
-                print(report.failure)
         reports.append(report)
     if args.json:
         print(json.dumps({"layer": "stack", "backends": backends, "seed": seed,
                           "configurations": [r.to_json() for r in reports]}))
+        return 0 if all(r.ok for r in reports) else 1
+    rows = [[name, f"{r.steps:,}", str(r.divergences), f"{r.elapsed_s:.1f} s",
+             ", ".join(f"{k} {v}" for k, v in sorted(r.coverage.items()))]
+            for name, r in zip(names, reports, strict=True)]
+    print_renderable(grid_table(["configuration", "steps", "divergences", "time", "coverage"],
+                                rows, title=f"kvpool check --layer stack ({', '.join(backends)},"
+                                f" seed {seed})", right_from=1, left=(4,)))
+    for name, r in zip(names, reports, strict=True):
+        if r.failure:
+            print(f"{name}:")
+            print(r.failure)
     return 0 if all(r.ok for r in reports) else 1
 
 

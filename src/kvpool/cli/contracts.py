@@ -65,15 +65,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
+        from kvpool.cli._render import grid_table, print_renderable
+
+        rows = [[r.target, r.status, f"{r.budget_s:g} s", f"{r.seconds:.1f} s",
+                 f"{r.states_built:,}" if r.states_built is not None else "-"]
+                for r in report.results]
+        print_renderable(grid_table(["contract", "status", "CPU budget", "wall", "paths"],
+                                    rows, title="kvpool contracts (CrossHair)", left=(1,)))
         for r in report.results:
-            states = f"{r.states_built} paths" if r.states_built is not None else "-"
-            print(f"{r.status:<15} {r.budget_s:4g} s CPU {r.seconds:6.1f} s wall {states:>11}"
-                  f"  {r.target}")
             for message, broken in zip(r.counterexamples, r.explanations, strict=False):
-                print(f"    broken: {broken or '(see message)'}")
+                print(f"{r.target}: broken: {broken or '(see message)'}")
                 print(f"    {message}")
-            if r.detail:
-                print(f"    {r.detail.splitlines()[-1] if r.detail.strip() else ''}")
+            if r.detail and r.detail.strip():
+                print(f"{r.target}: {r.detail.splitlines()[-1]}")
         print(
             f"{len(report.contracts_checked)}/{len(report.results)} contracts checked, "
             f"{len(report.counterexamples)} counterexample(s), "

@@ -35,6 +35,10 @@ class StackConfiguration:
     use_eagle: bool = False
     num_lookahead_tokens: int = 0
     watermark: float = 0.0
+    #: vLLM 0.33's partial hits and copy-on-write (§10.4); the machine then runs the
+    #: copy hand-over each step and ends some prefill chunks at the prompt's last hash
+    #: boundary (where a Mamba state is checkpointed inside a block).
+    allow_partial_hash_hits: bool = False
 
     def kv_cache_config(self) -> KVCacheConfig:
         return KVCacheConfig(self.num_blocks, self.groups)
@@ -48,6 +52,7 @@ class StackConfiguration:
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_caching=self.enable_caching, use_eagle=self.use_eagle,
             enable_kv_cache_events=self.enable_caching, watermark=self.watermark,
+            **({"allow_partial_hash_hits": True} if self.allow_partial_hash_hits else {}),
         )
 
 
@@ -84,6 +89,17 @@ CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
          _g(FullAttentionSpec(block_size=16, head_size=128)),
          _g(SlidingWindowSpec(block_size=16, sliding_window=24))),
         num_blocks=80),
+    StackConfiguration(
+        "full+mamba-cow",
+        (_g(FullAttentionSpec(block_size=32)),
+         _g(MambaSpec(block_size=32, mamba_cache_mode="align"))),
+        num_blocks=64, scheduler_block_size=32, allow_partial_hash_hits=True),
+    StackConfiguration(
+        "2full+mamba-cow",
+        (_g(FullAttentionSpec(block_size=64)),
+         _g(FullAttentionSpec(block_size=16, head_size=64)),
+         _g(MambaSpec(block_size=64, mamba_cache_mode="align"))),
+        num_blocks=96, scheduler_block_size=64, allow_partial_hash_hits=True),
     StackConfiguration(
         "nocache",
         (_g(FULL), _g(SlidingWindowSpec(block_size=16, sliding_window=32))),

@@ -60,6 +60,9 @@ class Stack:
     manager: Any
     popped: list[list[int]] = field(default_factory=list)
     native: bool = True
+    #: Copy endpoints taken at the last step boundary, released at the next one (the
+    #: copies run with the step in between).
+    retained: list[int] = field(default_factory=list)
 
 
 def pool_projection(stack: Stack) -> Any:
@@ -123,6 +126,7 @@ class StackMachine:
         #: Comparing with a foreign facade: projections instead of abstracts, events
         #: without sequence numbers, and no invalid calls (vLLM does not validate).
         self.foreign = foreign is not None
+        self.partial = configuration.allow_partial_hash_hits
         self.rng = random.Random(seed)
         self.seed = seed
         self.hasher = get_request_block_hasher(configuration.hash_block_size,
@@ -212,6 +216,9 @@ class StackMachine:
             problems = (
                 inv.every_reference_is_counted_once(m, ids, stack.popped)
                 + inv.no_block_twice_in_a_table(m, ids)
+                + inv.copy_endpoints_stay_out_of_the_free_queue(m)
+                + inv.mamba_states_keyed_as_computed(
+                    m, [(r.request_id, r.num_computed_tokens) for r in self.running])
                 + inv.keyed_blocks_cover_their_table_position(m, ids)
                 + inv.running_tables_are_append_only(self.tables[i], tables,
                                                      m.block_pool.null_block)
@@ -264,7 +271,15 @@ class StackMachine:
         self.waiting.append(request)
         self.note(f"new request {rid} with {len(prompt)} prompt tokens, salt {salt!r}")
 
-    def _chunk(self) -> int:
+    def _chunk(self, request: SchedulerRequest | None = None, start: int = 0) -> int:
+        """A prefill chunk size; with partial hits, often one that ends exactly at the
+        prompt's last hash boundary (vLLM 0.33's scheduler stops chunks there, so a
+        Mamba state is checkpointed inside a block)."""
+        if self.partial and request is not None and self.rng.random() < 0.4:
+            hbs = self.config.hash_block_size
+            boundary = (request.num_prompt_tokens - 1) // hbs * hbs
+            if 0 < boundary - start <= self.config.max_num_batched_tokens:
+                return boundary - start
         return self.rng.choice([8, 16, 24, 48, self.config.max_num_batched_tokens])
 
     def _lookahead(self) -> int:
@@ -294,12 +309,13 @@ class StackMachine:
         n = hits[self.stacks[0].name][1]
         self.coverage["lookups"] += 1
         self.coverage["hits"] += n > 0
+        self.coverage["partial hits"] += n % self.config.scheduler_block_size != 0
         rng = self.rng
         # A KV connector sometimes holds more of the prompt (external tokens).
         external = 0
         if rng.random() < 0.1 and request.num_tokens - n > 2:
             external = rng.randint(1, min(48, request.num_tokens - n - 1))
-        num_new = min(request.num_tokens - n - external, self._chunk())
+        num_new = min(request.num_tokens - n - external, self._chunk(request, n + external))
         must_fit = rng.random() < 0.2
         options = dict(
             num_external_computed_tokens=external,
@@ -390,7 +406,7 @@ class StackMachine:
         drafts = 0
         if remaining == 1 and self.config.num_lookahead_tokens:
             drafts = self.rng.randint(0, self.config.num_lookahead_tokens)
-        num_new = min(remaining, self._chunk()) + drafts
+        num_new = min(remaining, self._chunk(request, request.num_computed_tokens)) + drafts
         self.note(f"schedule {request.request_id}: {num_new} tokens ({drafts} drafts) at "
                   f"{request.num_computed_tokens}/{request.num_tokens}")
         if self._allocate(request, num_new, 0, None):
@@ -452,12 +468,45 @@ class StackMachine:
             for blocks in stack.popped:
                 stack.manager.block_pool.free_blocks(blocks[::-1])
             stack.popped.clear()
+        if self.partial:
+            self._hand_over_copies()
         self.each(lambda s: s.manager.new_step_starts(), "new_step_starts()")
         if self.foreign:
             self.each(lambda s: [event_fields(e) for e in s.manager.take_events()],
                       "take_events()")
         else:
             self.each(lambda s: s.manager.take_events(), "take_events()")
+
+    def _release_copies(self) -> None:
+        """The copies taken at the last boundary have run: release their endpoints."""
+        if any(stack.retained for stack in self.stacks):
+            self.each(lambda s: s.manager.release_copy_endpoints(s.retained),
+                      "release_copy_endpoints()")
+        for stack in self.stacks:
+            stack.retained = []
+
+    def _hand_over_copies(self) -> None:
+        """The scheduler's end of step: release what the last step's copies held, take
+        this step's copies; a synchronous engine releases them at once."""
+        self._release_copies()
+        taken: dict[str, Any] = {}
+
+        def take(stack: Stack) -> Any:
+            taken[stack.name] = stack.manager.take_kv_cache_block_copies()
+            return taken[stack.name]
+
+        copies = self.each(take, "take_kv_cache_block_copies()")[0][1][0]
+        self.coverage["copies"] += len(copies)
+        tables = inv.all_tables(self.stacks[0].manager, self.live_ids())
+        in_tables = {(g, b) for (_, g), table in tables.items() for b in table}
+        self.coverage["running-request copies"] += sum(
+            (c.group_id, c.dst_block_id) not in in_tables for c in copies)
+        for stack in self.stacks:
+            stack.retained = list(taken[stack.name][1])
+        if copies:
+            self.note(f"take {len(copies)} copies")
+            if self.rng.random() < 0.4:
+                self._release_copies()
 
     def reset_prefix_cache(self) -> None:
         self.note("reset prefix cache")
@@ -469,6 +518,8 @@ class StackMachine:
         for request in list(self.running):
             self._finish(request)
         self.start_new_step()
+        if self.partial:
+            self._release_copies()
         self.reset_prefix_cache()
 
     def evict_cached_blocks(self) -> None:
@@ -481,7 +532,7 @@ class StackMachine:
     def invalid_call_changes_nothing(self) -> None:
         """A bad call raises the same typed error everywhere and changes nothing."""
         rng = self.rng
-        choice = rng.randrange(3)
+        choice = rng.randrange(4 if self.partial else 3)
         before = [(s.manager.block_pool.abstract(), inv.all_tables(s.manager, self.live_ids()))
                   for s in self.stacks]
         if choice == 0 and self.finished:
@@ -492,6 +543,14 @@ class StackMachine:
             request = rng.choice(self.running)
             self.note(f"allocate 0 tokens for {request.request_id} (must raise)")
             outcome = self.each(lambda s: s.manager.allocate_slots(request, 0), "zero tokens")[0]
+        elif choice == 3:
+            m = self.stacks[0].manager
+            held = m.retained_copy_endpoints
+            block = rng.choice([b for b in range(1, self.config.num_blocks) if b not in held])
+            ids = [block] + list(self.stacks[0].retained[:1])
+            self.note(f"release copy endpoints {ids} (not retained: must raise)")
+            outcome = self.each(lambda s: s.manager.release_copy_endpoints(ids),
+                                "release of a block that is not retained")[0]
         elif self.running:
             request = rng.choice(self.running)
             self.note(f"allocate for {request.request_id} with shrunk tokens (must raise)")

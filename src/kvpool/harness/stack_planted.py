@@ -137,6 +137,51 @@ def _hit_reaches_last_token(m: KVCacheManager) -> None:
     coordinator.find_longest_cache_hit = lambda hashes, max_len: original(hashes, max_len + 1)
 
 
+def _copy_source_released_early(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        original = mgr.apply_copy_on_write
+
+        def broken(rid: str, position: int, source: int, dst: int,
+                   original: Any = original, mgr: Any = mgr) -> None:
+            original(rid, position, source, dst)
+            mgr.block_pool.free_blocks([source])  # before the GPU layer has copied it
+
+        mgr.apply_copy_on_write = broken
+
+
+def _copy_dst_without_retention(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        def broken(rid: str, position: int, source: int, dst: int, mgr: Any = mgr) -> None:
+            mgr.req_to_blocks[rid][position] = dst
+            mgr._pending_copies.append((source, dst))  # no extra ref: table only
+
+        mgr.apply_copy_on_write = broken
+
+
+def _running_copy_keeps_key_on_source(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        if hasattr(mgr, "_copy_running_state"):
+            def broken(source: int, dst: int, mgr: Any = mgr) -> None:
+                # The entry stays on the block the owner overwrites next.
+                mgr._pending_copies.append((source, dst))
+                mgr.block_pool.touch([source])
+
+            mgr._copy_running_state = broken
+
+
+def _running_copy_rewrites_table(m: KVCacheManager) -> None:
+    for mgr in _managers(m):
+        if hasattr(mgr, "_allocated_block_reqs"):
+            original = mgr.allocate_new_blocks
+
+            def broken(rid: str, *args: Any, original: Any = original, mgr: Any = mgr) -> Any:
+                if rid in mgr._partial_hit_reqs:  # take the new-request path
+                    mgr._allocated_block_reqs.discard(rid)
+                return original(rid, *args)
+
+            mgr.allocate_new_blocks = broken
+
+
 @dataclass(frozen=True)
 class PlantedPolicyBug:
     """A broken twin of one policy method, and the configuration that reaches it."""
@@ -184,6 +229,18 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("hit-reaches-last-token", "full",
                      "lookup not capped at num_tokens - 1 (last token's logits skipped)",
                      _hit_reaches_last_token),
+    PlantedPolicyBug("copy-source-released-early", "full+mamba-cow",
+                     "a copy-on-write source freed at allocation, before the copy ran",
+                     _copy_source_released_early),
+    PlantedPolicyBug("copy-dst-without-retention", "full+mamba-cow",
+                     "a copy-on-write destination held by its table slot only",
+                     _copy_dst_without_retention),
+    PlantedPolicyBug("running-copy-keeps-key-on-source", "full+mamba-cow",
+                     "a running request's boundary state copied but its entry not moved",
+                     _running_copy_keeps_key_on_source),
+    PlantedPolicyBug("running-copy-rewrites-table", "full+mamba-cow",
+                     "a running request's copy replaces its table entry",
+                     _running_copy_rewrites_table),
 )}
 assert all(p.configuration in CONFIGURATIONS for p in PLANTED_POLICY.values())
 

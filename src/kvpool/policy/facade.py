@@ -354,6 +354,13 @@ class KVCacheManager:
         self._retained += Counter()  # drop zero counts
 
     @property
+    def pending_kv_cache_block_copies(self) -> list[BlockCopy]:
+        """The copies queued and not yet taken (a peek: nothing is drained)."""
+        return [BlockCopy(src, dst, g)
+                for g, m in enumerate(self.coordinator.single_type_managers)
+                for src, dst in m._pending_copies]
+
+    @property
     def retained_copy_endpoints(self) -> dict[int, int]:
         """Block id → retentions handed out and not yet released."""
         return dict(self._retained)

@@ -215,6 +215,10 @@ class MambaManager(SingleTypeKVCacheManager):
         table = self.req_to_blocks.setdefault(request_id, [])
         partial = self._partial_hit_reqs.pop(request_id, None)
         if required <= len(table) and partial is None:
+            if self.partial_hits:
+                # vLLM 0.33 marks the request allocated here too (0.25.1 does not), so a
+                # state it checkpoints next is copied out on the running-request path.
+                self._allocated_block_reqs.add(request_id)
             return []
         previous = len(table)
         allocated_before = request_id in self._allocated_block_reqs

@@ -1,9 +1,12 @@
-"""``simulate``: replay a trace (the built-in chat trace by default) through a fresh pool.
+"""``simulate``: replay a trace (the built-in chat trace by default) through a fresh KV cache
+manager.
 
-This is the library function behind ``kvpool simulate``. It builds the pool with
-:func:`kvpool.make_pool`, warms the backend up first (Numba compiles its kernels on first
-use; that time is reported as ``warmup_s``, never as pool time) and hands the work to
-:func:`kvpool.workload.driver.replay`.
+This is the library function behind ``kvpool simulate``. It builds a
+:class:`~kvpool.policy.KVCacheManager` for the model shape over a :func:`kvpool.make_pool`
+pool, warms the backend up first (Numba compiles its kernels on first use; that time is
+reported as ``warmup_s``, never as pool time) and hands the work to
+:func:`kvpool.workload.serving.serve`. :func:`warm_up` is the bare-pool warm-up the trace
+benchmarks (:mod:`kvpool.workload.driver`) use.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from typing import Any
 
 from kvpool.backends import make_pool
 from kvpool.hashing import BlockHasher
-from kvpool.workload.driver import HASH_SEED, SimulationReport, replay
+from kvpool.workload.driver import HASH_SEED, replay
+from kvpool.workload.models import build_manager
+from kvpool.workload.serving import ServingReport, serve
 from kvpool.workload.synthetic import ChatWorkload
 from kvpool.workload.trace import TraceRequest, load_trace
+from kvpool.workload.workloads import DEFAULT_WORKLOAD, generate_workload
 
 DEFAULT_NUM_BLOCKS = 4096
 """Default pool size: 64k tokens at block size 16, small enough that the default chat trace
@@ -58,12 +64,14 @@ def warm_up(backend: str, *, block_size: int = 16, hash_algorithm: str = "sha256
 def resolve_trace(
     trace: Sequence[TraceRequest] | str | os.PathLike[str] | None,
     *,
-    num_requests: int = 2000,
+    num_requests: int | None = 2000,
     seed: int = 0,
+    workload: str = DEFAULT_WORKLOAD,
 ) -> list[TraceRequest]:
-    """A path is loaded (and validated), ``None`` gives the built-in chat trace."""
+    """A path is loaded (and validated), ``None`` gives the built-in ``workload``'s trace
+    (its own default size when ``num_requests`` is ``None``)."""
     if trace is None:
-        return ChatWorkload(num_requests=num_requests, seed=seed).generate()
+        return generate_workload(workload, num_requests=num_requests, seed=seed)
     if isinstance(trace, (str, os.PathLike)):
         return load_trace(trace)
     return list(trace)
@@ -77,52 +85,72 @@ def simulate(
     block_size: int = 16,
     max_running: int = DEFAULT_MAX_RUNNING,
     seed: int = 0,
-    num_requests: int = 2000,
+    num_requests: int | None = None,
+    workload: str = DEFAULT_WORKLOAD,
+    model: str = "full",
     hash_algorithm: str = "sha256",
     warmup: bool = True,
     pool_options: Mapping[str, Any] | None = None,
     event_sink: Callable[[list[Any]], None] | None = None,
-) -> SimulationReport:
-    """Replay ``trace`` through a fresh ``backend`` pool of ``num_blocks`` blocks.
+    on_step: Callable[[int, int], None] | None = None,
+) -> ServingReport:
+    """Replay ``trace`` through a fresh KV cache manager over a ``backend`` pool.
 
-    ``trace`` is a list of requests, a JSONL path, or ``None`` for the built-in chat trace
-    of ``num_requests`` requests drawn with ``seed``. Raises
+    ``trace`` is a list of requests, a JSONL path, or ``None`` for the built-in ``workload``
+    (:data:`kvpool.workload.workloads.WORKLOADS`) of ``num_requests`` requests drawn with
+    ``seed``; ``model`` names the model shape (:data:`kvpool.workload.models.MODELS`). The
+    manager is driven by :func:`kvpool.workload.serving.serve`. Raises
     :class:`~kvpool.errors.BackendUnavailable` when the backend cannot be loaded,
     :class:`~kvpool.workload.trace.TraceError` for a malformed trace file and
     :class:`~kvpool.errors.InvalidConfig` for sizes that cannot work.
 
     ``pool_options`` go to :func:`kvpool.make_pool` (e.g. ``use_int_block_hashes=False``).
-    ``event_sink``, if given, turns KV events on and receives each step's events (after the
-    step, outside pool time; steps without events are skipped), as a publisher wants them.
+    ``event_sink``, if given, receives each step's KV events (after the step, outside pool
+    time; steps without events are skipped), as a publisher wants them. ``on_step(done,
+    total)`` is called after every step with the requests finished so far.
 
     >>> report = simulate(backend="spec", num_requests=5, num_blocks=512)
     >>> report.requests, report.blocks_allocated > 0
     (5, True)
     """
-    requests = resolve_trace(trace, num_requests=num_requests, seed=seed)
+    requests = resolve_trace(trace, num_requests=num_requests, seed=seed, workload=workload)
     warmup_s = 0.0
     if warmup:
-        warmup_s = warm_up(backend, block_size=block_size, hash_algorithm=hash_algorithm)
+        # Kernels do not depend on the block size: warm up at 16, where the tiny warm-up
+        # trace fits the small pool whatever the replay's block size.
+        warmup_s = warm_up_manager(backend, model=model, hash_algorithm=hash_algorithm)
     options = dict(pool_options or {})
-    if event_sink is not None:
-        options["enable_kv_cache_events"] = True
-    pool = make_pool(num_blocks, backend=backend, hash_block_size=block_size, **options)
-    on_step = None
-    if event_sink is not None:
-        def on_step() -> None:
-            events = pool.take_events()
-            if events:
-                event_sink(events)
-    report = replay(
-        pool,
-        requests,
-        block_size=block_size,
-        max_running=max_running,
-        hasher=BlockHasher(hash_algorithm, seed=HASH_SEED),
-        backend=backend,
-        on_step=on_step,
+
+    def make(n: int, **kwargs: Any) -> Any:
+        return make_pool(n, backend=backend, **{**kwargs, **options})
+
+    max_model_len = max((len(r.prompt) + r.output_len for r in requests), default=1) + block_size
+    manager = build_manager(model, num_blocks, block_size, max_model_len, backend=make)
+    progress = None
+    if on_step is not None:
+        total = len(requests)
+        progress = lambda done: on_step(done, total)  # noqa: E731
+    report = serve(
+        manager, requests, block_size=block_size, max_running=max_running,
+        hasher=BlockHasher(hash_algorithm, seed=HASH_SEED), backend=backend, model=model,
+        workload=workload if trace is None else "trace", on_events=event_sink,
+        on_step=progress,
     )
     return replace(report, warmup_s=warmup_s)
 
 
-__all__ = ["DEFAULT_MAX_RUNNING", "DEFAULT_NUM_BLOCKS", "resolve_trace", "simulate", "warm_up"]
+def warm_up_manager(backend: str, *, model: str = "full", block_size: int = 16,
+                    hash_algorithm: str = "sha256") -> float:
+    """Replay a tiny trace through a small manager of ``backend`` once; the seconds it took
+    (a JIT backend compiles every kernel the replay uses, hits and evictions included)."""
+    began = time.perf_counter()
+    trace = _WARMUP_WORKLOAD.generate()
+    longest = max(len(r.prompt) + r.output_len for r in trace) + block_size
+    manager = build_manager(model, 64, block_size, longest, backend=backend)
+    serve(manager, trace, block_size=block_size, max_running=4,
+          hasher=BlockHasher(hash_algorithm, seed=HASH_SEED))
+    return time.perf_counter() - began
+
+
+__all__ = ["DEFAULT_MAX_RUNNING", "DEFAULT_NUM_BLOCKS", "DEFAULT_WORKLOAD", "resolve_trace",
+           "simulate", "warm_up", "warm_up_manager"]

@@ -1,0 +1,100 @@
+"""Terminal output of the subcommands, through ``rich``: tables on stdout, progress on stderr.
+
+Consoles are made per call (``sys.stdout`` may be replaced, e.g. by a test's capture). When
+stdout is not a terminal, rich writes no colour codes and a fixed width of
+:data:`PIPE_WIDTH` columns, so piped output stays plain and its tables unwrapped. The
+progress bar goes to stderr, only when stderr is a terminal and the command is not printing
+``--json``; it disappears when the work is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+PIPE_WIDTH = 120
+"""Columns rich lays tables out in when stdout is not a terminal."""
+
+
+def stdout_console() -> Console:
+    """A console on the current ``sys.stdout``."""
+    tty = sys.stdout.isatty()
+    return Console(file=sys.stdout, width=None if tty else PIPE_WIDTH, highlight=False,
+                   soft_wrap=False)
+
+
+def print_renderable(*renderables: Any) -> None:
+    """Print rich renderables (tables, text with markup) to stdout."""
+    console = stdout_console()
+    for renderable in renderables:
+        console.print(renderable)
+
+
+def key_value_table(rows: Sequence[tuple[str, str]], title: str | None = None) -> Table:
+    """A two-column table: what, value."""
+    table = Table(title=title, show_header=False, title_justify="left", box=None,
+                  pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def grid_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None,
+               right_from: int = 1, left: Sequence[int] = ()) -> Table:
+    """A table with a header row; columns from ``right_from`` on are right-aligned (numbers),
+    except those in ``left``."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for i, name in enumerate(header):
+        right = i >= right_from and i not in left
+        table.add_column(name, justify="right" if right else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def progress_enabled(json_output: bool) -> bool:
+    """Whether a progress bar should be drawn: stderr is a terminal and no ``--json``."""
+    return not json_output and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, enabled: bool, unit: str = "steps"
+                 ) -> Iterator[Callable[[int, int], None]]:
+    """A context giving ``update(done, total)``: a transient bar on stderr when ``enabled``
+    (redrawn at most ten times a second), else an update that does nothing."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        last = [0.0]
+
+        def update(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.1 or done >= total:
+                last[0] = now
+                progress.update(task, completed=min(done, total), total=total)
+
+        yield update
+
+
+__all__ = ["PIPE_WIDTH", "grid_table", "key_value_table", "print_renderable",
+           "progress_bar", "progress_enabled", "stdout_console"]
