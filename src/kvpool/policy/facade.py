@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained, UnknownRequest
 from kvpool.events import BlockStored, KVCacheEvent
 from kvpool.policy.blocks import KVCacheBlocks
+from kvpool.policy.circular_buffer import CircularBufferManager
 from kvpool.policy.coordinator import PoolFactory, get_kv_cache_coordinator
 from kvpool.policy.cross_attention import CrossAttentionManager
 from kvpool.policy.request import RequestStatus
@@ -300,6 +301,8 @@ class KVCacheManager:
                 continue
             if isinstance(manager, CrossAttentionManager):
                 raise InvalidArgument("cross-attention groups take no prefix hits")
+            if isinstance(manager, CircularBufferManager):
+                raise InvalidArgument("circular-buffer groups take no prefix hits")
             if not self.enable_caching:
                 raise InvalidArgument("prefix hits given while caching is disabled")
             if self.coordinator.partial_hash_hits:
