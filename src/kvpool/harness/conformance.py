@@ -15,8 +15,8 @@ Run it with a vLLM kit (vLLM must import; kvpool's deps beside it)::
 
 With the vLLM 0.33.0 kit (``/tmp/anchors/vllm033``) the same command compares the
 copy-on-write configurations (``full+mamba-cow``, ``2full+mamba-cow``), including the copies
-and retained endpoints handed over each step; with 0.25.1 every other configuration
-(:func:`default_configurations`).
+and retained endpoints handed over each step, and ``full+ring`` (a circular buffer); with
+0.25.1 every other configuration (:func:`default_configurations`).
 
 The pytest tier (``tests/policy/test_vllm_conformance.py``) runs this command when
 ``KVPOOL_VLLM_PYTHON`` names such a python (kit: ``/tmp/anchors/vllm025/venv/bin/python``;
@@ -83,15 +83,15 @@ def classify(error: StackDivergence | None, config_name: str) -> str | None:
 
 
 def default_configurations(version: tuple[int, int] | None = None) -> list[str]:
-    """The configurations the importable vLLM is compared on: vLLM 0.33 for the
-    copy-on-write ones (the partial-hit extension of §10.4 exists only there), vLLM 0.25
-    for the rest (kvpool's facade is 0.25.1's; 0.33 changed other rules, §0)."""
+    """The configurations the importable vLLM is compared on: vLLM 0.33 for the ones
+    using its features (copy-on-write, §10.4; circular buffers, §8), vLLM 0.25 for the rest
+    (kvpool's facade is 0.25.1's; 0.33 changed other rules, §0)."""
     if version is None:
         from kvpool.harness.vllm_stack import vllm_version
 
         version = vllm_version()
-    cow = version >= (0, 33)
-    return [name for name, c in CONFIGURATIONS.items() if c.allow_partial_hash_hits == cow]
+    target = (0, 33) if version >= (0, 33) else (0, 25)
+    return [name for name, c in CONFIGURATIONS.items() if c.vllm == target]
 
 
 @dataclass

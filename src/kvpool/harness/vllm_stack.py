@@ -47,6 +47,8 @@ def _vllm_spec(spec: kv.KVCacheSpec) -> Any:
                 dtype=torch.float16)
     if isinstance(spec, kv.SlidingWindowSpec):
         return vi.SlidingWindowSpec(sliding_window=spec.sliding_window, **attn)
+    if isinstance(spec, kv.CircularBufferSpec):
+        return vi.CircularBufferSpec(**attn)
     if isinstance(spec, kv.ChunkedLocalAttentionSpec):
         return vi.ChunkedLocalAttentionSpec(attention_chunk_size=spec.attention_chunk_size,
                                             **attn)
