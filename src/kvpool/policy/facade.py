@@ -68,7 +68,9 @@ class KVCacheManager:
 
     ``backend`` names the pool backend (``"spec"``, ``"reference"``, ``"fast"``) or is a
     pool factory; ``retention_interval`` is vLLM's ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL``
-    passed explicitly (policy reads no environment).
+    passed explicitly (policy reads no environment); ``allow_partial_hash_hits`` turns on
+    vLLM 0.33's partial hits and copy-on-write where the configuration supports them
+    (§10.4; :attr:`partial_hash_hits_enabled`, :meth:`take_kv_cache_block_copies`).
     """
 
     def __init__(
