@@ -187,3 +187,25 @@ def test_two_copies_of_one_source_retain_it_twice() -> None:
     assert refs(m, source) == [3]  # a's table + two retentions
     m.release_copy_endpoints([source])
     assert refs(m, source) == [2] and m.retained_copy_endpoints[source] == 1
+
+
+def test_partial_entries_are_stored_at_hash_granularity_and_promoted_when_full() -> None:
+    from kvpool.events import BlockRemoved, BlockStored
+
+    m = cow_manager()
+    a = producer(m)
+    stored = [e for e in m.take_events() if isinstance(e, BlockStored)]
+    partial = [e for e in stored if e.block_size == 16]
+    assert sorted(e.group_idx for e in partial) == [0, 1]  # both groups, one hash each
+    assert all(len(e.block_hashes) == 1 and len(e.token_ids) == 16 for e in partial)
+    fa_tail = m.get_block_ids("a")[0][1]
+    assert m.block_pool.observe().key_tokens(fa_tail) == 48
+    a.status = RequestStatus.RUNNING
+    assert m.allocate_slots(a, 12) is not None  # the rest of the prompt (60 tokens)
+    a.num_computed_tokens = 60
+    a.append_output_token_ids([1, 2, 3, 4])
+    assert m.allocate_slots(a, 4) is not None   # 64 tokens: the full-attention tail is full
+    events = m.take_events()
+    removed = [e for e in events if isinstance(e, BlockRemoved)]
+    assert any(e.group_idx == 0 for e in removed)  # the partial entry made way
+    assert m.block_pool.observe().key_tokens(fa_tail) == 64

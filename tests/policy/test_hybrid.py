@@ -63,3 +63,32 @@ def test_hybrid_hits_are_multiples_of_the_scheduler_block_size() -> None:
     hits, n = m.get_computed_blocks(request("b", list(range(90))))
     assert n % 32 == 0 and n == 64
     assert len(hits.blocks[0]) == 2 and len(hits.blocks[1]) == 4
+
+
+def test_find_longest_cache_hit_per_group_looks_up_each_group_alone() -> None:
+    """§9: every spec group at the cap on its own — no common length (a KV connector reads
+    what each group holds); pure. The common hit is the shortest of them here."""
+    m = manager(FULL, MambaSpec(block_size=32, mamba_cache_mode="align"), num_blocks=64)
+    prefill_in_chunks(m, request("a", list(range(128))), 64)  # Mamba states at 64, 128
+    b = request("b", list(range(120)) + [5000] * 30)
+    before = m.block_pool.abstract()
+    blocks, lengths = m.coordinator.find_longest_cache_hit_per_group(b.block_hashes, 149)
+    assert lengths == (96, 64)  # full attention: 7 blocks cut to the 32-token alignment
+    assert len(blocks[0]) == 6 and blocks[0] == m.get_block_ids("a")[0][:6]
+    assert blocks[1] == [0, m.get_block_ids("a")[1][1]]
+    assert m.block_pool.abstract() == before
+    hits, n = m.get_computed_blocks(b)
+    assert n == min(lengths) and hits.get_block_ids()[1] == blocks[1]
+
+
+def test_find_longest_cache_hit_per_group_at_hash_granularity_with_partial_hits() -> None:
+    m = manager(FullAttentionSpec(block_size=32), MambaSpec(block_size=32,
+                                                            mamba_cache_mode="align"),
+                num_blocks=32, hbs=16, sbs=32, allow_partial_hash_hits=True)
+    a = request("a", list(range(60)))
+    assert m.allocate_slots(a, 48) is not None  # both groups: a partial entry at 48
+    m.new_step_starts()
+    b = request("b", list(range(60)))
+    blocks, lengths = m.coordinator.find_longest_cache_hit_per_group(b.block_hashes, 59)
+    assert lengths == (48, 48)
+    assert blocks == tuple(m.get_block_ids("a"))

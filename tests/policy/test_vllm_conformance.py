@@ -1,7 +1,9 @@
 """Optional tier: kvpool's facade against vLLM's own ``KVCacheManager``.
 
-Skipped unless ``KVPOOL_VLLM_PYTHON`` names a python that imports vLLM (the kit:
-``/tmp/anchors/vllm025/venv/bin/python``); kvpool's dependencies come from
+Skipped unless ``KVPOOL_VLLM_PYTHON`` names a python that imports vLLM (the kits:
+``/tmp/anchors/vllm025/venv/bin/python`` compares the 0.25.1 configurations,
+``/tmp/anchors/vllm033/venv/bin/python`` the copy-on-write and circular-buffer ones, see
+``kvpool.harness.conformance.default_configurations``); kvpool's dependencies come from
 ``KVPOOL_VLLM_DEPS`` (default: ``<kit>/kvpool-deps``). ``KVPOOL_VLLM_STEPS`` sets the steps
 per configuration (default 2000). Every difference must be classified against BEHAVIOUR.md.
 """

@@ -13,6 +13,11 @@ Run it with a vLLM kit (vLLM must import; kvpool's deps beside it)::
     PYTHONPATH=src:/tmp/anchors/vllm025/kvpool-deps VLLM_LOGGING_LEVEL=ERROR \\
         /tmp/anchors/vllm025/venv/bin/python -m kvpool.harness.conformance --steps 5000
 
+With the vLLM 0.33.0 kit (``/tmp/anchors/vllm033``) the same command compares the
+copy-on-write configurations (``full+mamba-cow``, ``2full+mamba-cow``), including the copies
+and retained endpoints handed over each step, and ``full+ring`` (a circular buffer); with
+0.25.1 every other configuration (:func:`default_configurations`).
+
 The pytest tier (``tests/policy/test_vllm_conformance.py``) runs this command when
 ``KVPOOL_VLLM_PYTHON`` names such a python (kit: ``/tmp/anchors/vllm025/venv/bin/python``;
 ``KVPOOL_VLLM_DEPS`` the deps folder, default ``<kit>/kvpool-deps``) and skips otherwise.
@@ -77,6 +82,18 @@ def classify(error: StackDivergence | None, config_name: str) -> str | None:
     return None
 
 
+def default_configurations(version: tuple[int, int] | None = None) -> list[str]:
+    """The configurations the importable vLLM is compared on: vLLM 0.33 for the ones
+    using its features (copy-on-write, §10.4; circular buffers, §8), vLLM 0.25 for the rest
+    (kvpool's facade is 0.25.1's; 0.33 changed other rules, §0)."""
+    if version is None:
+        from kvpool.harness.vllm_stack import vllm_version
+
+        version = vllm_version()
+    target = (0, 33) if version >= (0, 33) else (0, 25)
+    return [name for name, c in CONFIGURATIONS.items() if c.vllm == target]
+
+
 @dataclass
 class ConformanceResult:
     """One configuration: steps compared, and every difference with its class."""
@@ -125,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     results = [run_conformance(name, args.steps, args.seed, args.backend)
-               for name in args.configuration or list(CONFIGURATIONS)]
+               for name in args.configuration or default_configurations()]
     if args.json:
         print(json.dumps([r.to_json() for r in results]))
     else:
@@ -143,4 +160,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["EXPLANATIONS", "ConformanceResult", "classify", "main", "run_conformance"]
+__all__ = ["EXPLANATIONS", "ConformanceResult", "classify", "default_configurations", "main",
+           "run_conformance"]

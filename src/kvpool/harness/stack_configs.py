@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -39,6 +40,9 @@ class StackConfiguration:
     #: copy hand-over each step and ends some prefill chunks at the prompt's last hash
     #: boundary (where a Mamba state is checkpointed inside a block).
     allow_partial_hash_hits: bool = False
+    #: The vLLM whose facade this configuration is compared with (conformance tier): 0.33
+    #: for the features only it has (copy-on-write, circular buffers).
+    vllm: tuple[int, int] = (0, 25)
 
     def kv_cache_config(self) -> KVCacheConfig:
         return KVCacheConfig(self.num_blocks, self.groups)
@@ -93,13 +97,17 @@ CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
         "full+mamba-cow",
         (_g(FullAttentionSpec(block_size=32)),
          _g(MambaSpec(block_size=32, mamba_cache_mode="align"))),
-        num_blocks=64, scheduler_block_size=32, allow_partial_hash_hits=True),
+        num_blocks=64, scheduler_block_size=32, allow_partial_hash_hits=True, vllm=(0, 33)),
     StackConfiguration(
         "2full+mamba-cow",
         (_g(FullAttentionSpec(block_size=64)),
          _g(FullAttentionSpec(block_size=16, head_size=64)),
          _g(MambaSpec(block_size=64, mamba_cache_mode="align"))),
-        num_blocks=96, scheduler_block_size=64, allow_partial_hash_hits=True),
+        num_blocks=96, scheduler_block_size=64, allow_partial_hash_hits=True, vllm=(0, 33)),
+    StackConfiguration(
+        "full+ring",
+        (_g(FULL), _g(CircularBufferSpec(block_size=16))),
+        num_blocks=48, vllm=(0, 33)),
     StackConfiguration(
         "nocache",
         (_g(FULL), _g(SlidingWindowSpec(block_size=16, sliding_window=32))),

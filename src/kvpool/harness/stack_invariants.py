@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvpool.policy.mamba import MambaManager
-from kvpool.policy.specs import CrossAttentionSpec, MambaSpec, cdiv
+from kvpool.policy.specs import CircularBufferSpec, CrossAttentionSpec, MambaSpec, cdiv
 
 
 def all_tables(manager: Any, request_ids: Sequence[str]) -> dict[tuple[str, int], list[int]]:
@@ -213,7 +213,7 @@ def each_group_counts_in_its_own_block_size(manager: Any, request_id: str,
     for g, (mgr, table) in enumerate(zip(manager.coordinator.single_type_managers,
                                          manager.get_block_ids(request_id), strict=True)):
         spec = mgr.kv_cache_spec
-        if isinstance(spec, (MambaSpec, CrossAttentionSpec)):
+        if isinstance(spec, (MambaSpec, CrossAttentionSpec, CircularBufferSpec)):
             continue
         want = max(previous[g], cdiv(need_slots, mgr.block_size))
         if len(table) != want:

@@ -309,7 +309,8 @@ class StackMachine:
         n = hits[self.stacks[0].name][1]
         self.coverage["lookups"] += 1
         self.coverage["hits"] += n > 0
-        self.coverage["partial hits"] += n % self.config.scheduler_block_size != 0
+        if self.partial:
+            self.coverage["partial hits"] += n % self.config.scheduler_block_size != 0
         rng = self.rng
         # A KV connector sometimes holds more of the prompt (external tokens).
         external = 0

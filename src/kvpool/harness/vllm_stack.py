@@ -6,9 +6,10 @@ ids instead of block objects, :class:`kvpool.policy.KVCacheBlocks` results. Each
 request gets a vLLM twin ``Request`` whose block hasher hands over the kvpool request's own
 hashes, so both managers see the very same keys and events carry the same hashes.
 
-Needs vLLM importable (the kit venv: ``/tmp/anchors/vllm025/venv``); see
-:func:`run_conformance` and ``docs/policy.md`` for how to point the tier at a kit.
-Only this module imports vLLM.
+Needs vLLM importable (the kit venvs: ``/tmp/anchors/vllm025/venv`` for vLLM 0.25.1,
+``/tmp/anchors/vllm033/venv`` for 0.33.0, whose facade has the partial-hit / copy-on-write
+extension); see :func:`run_conformance` and ``docs/policy.md`` for how to point the tier at
+a kit. Only this module imports vLLM; :func:`vllm_version` says which one it found.
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ from kvpool.harness.stack_configs import StackConfiguration
 from kvpool.policy import specs as kv
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.request import RequestStatus
+
+
+def vllm_version() -> tuple[int, int]:
+    """(major, minor) of the importable vLLM; :class:`BackendUnavailable` without one."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise BackendUnavailable(f"the conformance tier needs vLLM ({exc})") from exc
+    major, minor = str(vllm.__version__).split(".")[:2]
+    return int(major), int(minor)
 
 
 def _vllm_spec(spec: kv.KVCacheSpec) -> Any:
@@ -36,6 +47,8 @@ def _vllm_spec(spec: kv.KVCacheSpec) -> Any:
                 dtype=torch.float16)
     if isinstance(spec, kv.SlidingWindowSpec):
         return vi.SlidingWindowSpec(sliding_window=spec.sliding_window, **attn)
+    if isinstance(spec, kv.CircularBufferSpec):
+        return vi.CircularBufferSpec(**attn)
     if isinstance(spec, kv.ChunkedLocalAttentionSpec):
         return vi.ChunkedLocalAttentionSpec(attention_chunk_size=spec.attention_chunk_size,
                                             **attn)
@@ -74,15 +87,26 @@ class VllmFacade:
             raise BackendUnavailable(f"the conformance tier needs vLLM ({exc})") from exc
         groups = [KVCacheGroupSpec([f"layer{i}"], _vllm_spec(g.kv_cache_spec), g.is_eagle_group)
                   for i, g in enumerate(config.groups)]
+        self.version = vllm_version()
+        # 0.33 renamed the batch budget; its hybrid coordinator allows partial hits by
+        # default wherever the configuration supports them (kvpool: opt-in).
+        budget = "max_in_flight_tokens" if self.version >= (0, 33) \
+            else "max_num_batched_tokens"
         self.manager = KVCacheManager(
             KVCacheConfig(num_blocks=config.num_blocks, kv_cache_tensors=[],
                           kv_cache_groups=groups),
             max_model_len=config.max_model_len,
             scheduler_block_size=config.scheduler_block_size,
             hash_block_size=config.hash_block_size,
-            max_num_batched_tokens=config.max_num_batched_tokens,
             enable_caching=config.enable_caching, use_eagle=config.use_eagle,
-            enable_kv_cache_events=config.enable_caching, watermark=config.watermark)
+            enable_kv_cache_events=config.enable_caching, watermark=config.watermark,
+            **{budget: config.max_num_batched_tokens})
+        partial = getattr(self.manager.coordinator, "enable_partial_hash_hits", False)
+        if partial != config.allow_partial_hash_hits:
+            raise BackendUnavailable(
+                f"vLLM {self.version} {'has' if partial else 'lacks'} partial hash hits for "
+                f"configuration {config.name!r}; kvpool's is "
+                f"{'on' if config.allow_partial_hash_hits else 'off'}")
         self.block_pool = _PoolView(self.manager.block_pool)
         self._twins: dict[str, Any] = {}
         self._hits: dict[str, Any] = {}
@@ -118,7 +142,8 @@ class VllmFacade:
     # -- the facade -------------------------------------------------------------------------
 
     def get_computed_blocks(self, request: Any) -> tuple[KVCacheBlocks, int]:
-        blocks, n = self.manager.get_computed_blocks(self._twin(request))
+        # 0.33 adds a third value (a shared-prefix boundary kvpool does not model).
+        blocks, n = self.manager.get_computed_blocks(self._twin(request))[:2]
         self._hits[request.request_id] = blocks
         return self._ids(blocks), n
 
@@ -140,13 +165,42 @@ class VllmFacade:
         self.manager.free(self._twin(request))
 
     def pop_blocks_for_free(self, request: Any) -> list[int]:
-        return [b.block_id for b in self.manager.pop_blocks_for_free(self._twin(request))]
+        if self.version < (0, 33):
+            return [b.block_id for b in self.manager.pop_blocks_for_free(self._twin(request))]
+        # 0.33 hands each group's table over without its null head (the caller skips
+        # nulls when freeing anyway); kvpool returns the tables whole, as 0.25.1 does.
+        # The tables are compared whole, and vLLM's list must be exactly them trimmed.
+        tables = self.get_block_ids(request.request_id)
+        popped = [b.block_id for b in self.manager.pop_blocks_for_free(self._twin(request))]
+        trimmed = []
+        for table in tables:
+            head = next((i for i, b in enumerate(table) if b != 0), len(table))
+            trimmed += table[head:]
+        if popped != trimmed:
+            raise AssertionError(f"vLLM popped {popped}, not its tables {tables} trimmed")
+        return [b for table in tables for b in table]
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return tuple(list(g) for g in self.manager.get_block_ids(request_id))
 
     def new_step_starts(self) -> None:
         self.manager.new_step_starts()
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[int]]:
+        """vLLM 0.33's copies with the group each came from (vLLM's pairs do not say; the
+        managers are drained in group order exactly as its facade does)."""
+        from kvpool.policy.facade import BlockCopy
+
+        copies, retained = [], []
+        for g, mgr in enumerate(self.manager.coordinator.single_type_managers):
+            for src, dst in mgr.take_pending_cow_copies():
+                copies.append(BlockCopy(src.block_id, dst.block_id, g))
+                retained += [src.block_id, dst.block_id]
+        return copies, retained
+
+    def release_copy_endpoints(self, block_ids: list[int]) -> None:
+        """What vLLM 0.33's scheduler does once the copies ran: one ``free_blocks``."""
+        self.block_pool.free_blocks(list(block_ids))
 
     def take_events(self) -> list[Any]:
         return self.manager.take_events()
@@ -173,4 +227,4 @@ class VllmFacade:
                 cache)
 
 
-__all__ = ["VllmFacade"]
+__all__ = ["VllmFacade", "vllm_version"]

@@ -7,7 +7,8 @@ Layers, bottom up (each module one concern):
 * single-type managers, one module per family — :mod:`~kvpool.policy.manager` (base),
   :mod:`~kvpool.policy.full_attention`, :mod:`~kvpool.policy.sliding_window`,
   :mod:`~kvpool.policy.chunked_local`, :mod:`~kvpool.policy.mamba`,
-  :mod:`~kvpool.policy.cross_attention`; :mod:`~kvpool.policy.registry` maps spec → manager;
+  :mod:`~kvpool.policy.cross_attention`, :mod:`~kvpool.policy.circular_buffer` (0.33);
+  :mod:`~kvpool.policy.registry` maps spec → manager;
 * coordinators — :mod:`~kvpool.policy.coordinator` (no prefix cache, unitary, factory) and
   :mod:`~kvpool.policy.hybrid` (the fixed-point hit search);
 * the facade — :class:`~kvpool.policy.facade.KVCacheManager`.
@@ -28,6 +29,7 @@ from kvpool.policy.hybrid import HybridKVCacheCoordinator
 from kvpool.policy.request import RequestStatus, SchedulerRequest
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
@@ -45,6 +47,7 @@ from kvpool.policy.stats import PrefixCacheStats
 __all__ = [
     "BlockCopy",
     "ChunkedLocalAttentionSpec",
+    "CircularBufferSpec",
     "CrossAttentionSpec",
     "FullAttentionSpec",
     "HybridKVCacheCoordinator",

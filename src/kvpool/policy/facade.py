@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained, UnknownRequest
 from kvpool.events import BlockStored, KVCacheEvent
 from kvpool.policy.blocks import KVCacheBlocks
+from kvpool.policy.circular_buffer import CircularBufferManager
 from kvpool.policy.coordinator import PoolFactory, get_kv_cache_coordinator
 from kvpool.policy.cross_attention import CrossAttentionManager
 from kvpool.policy.request import RequestStatus
@@ -67,7 +68,9 @@ class KVCacheManager:
 
     ``backend`` names the pool backend (``"spec"``, ``"reference"``, ``"fast"``) or is a
     pool factory; ``retention_interval`` is vLLM's ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL``
-    passed explicitly (policy reads no environment).
+    passed explicitly (policy reads no environment); ``allow_partial_hash_hits`` turns on
+    vLLM 0.33's partial hits and copy-on-write where the configuration supports them
+    (§10.4; :attr:`partial_hash_hits_enabled`, :meth:`take_kv_cache_block_copies`).
     """
 
     def __init__(
@@ -300,6 +303,8 @@ class KVCacheManager:
                 continue
             if isinstance(manager, CrossAttentionManager):
                 raise InvalidArgument("cross-attention groups take no prefix hits")
+            if isinstance(manager, CircularBufferManager):
+                raise InvalidArgument("circular-buffer groups take no prefix hits")
             if not self.enable_caching:
                 raise InvalidArgument("prefix hits given while caching is disabled")
             if self.coordinator.partial_hash_hits:

@@ -24,7 +24,13 @@ from kvpool.errors import InvalidConfig
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.policy.coordinator import KVCacheCoordinator
 from kvpool.policy.manager import SingleTypeKVCacheManager
-from kvpool.policy.specs import FullAttentionSpec, KVCacheSpec, MambaSpec, cdiv
+from kvpool.policy.specs import (
+    FullAttentionSpec,
+    KVCacheSpec,
+    MambaSpec,
+    cdiv,
+    is_prefix_cacheable,
+)
 
 
 @dataclass
@@ -48,7 +54,8 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         super().__init__(*args, **kwargs)
         groups = self.kv_cache_config.kv_cache_groups
         for i, g in enumerate(groups):
-            if g.kv_cache_spec.block_size % self.hash_block_size:
+            if is_prefix_cacheable(g.kv_cache_spec) and \
+                    g.kv_cache_spec.block_size % self.hash_block_size:
                 raise InvalidConfig(
                     f"kv_cache_groups[{i}].kv_cache_spec.block_size "
                     f"({g.kv_cache_spec.block_size}) must be a multiple of hash_block_size "
@@ -57,7 +64,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         if any(m.dcp_world_size * m.pcp_world_size > 1 for m in managers):
             raise InvalidConfig("dcp_world_size/pcp_world_size must be 1 for a hybrid model")
         self.attention_groups: list[SpecGroup] = []
+        distinct = len({g.kv_cache_spec for g in groups})
         for i, g in enumerate(groups):
+            if not is_prefix_cacheable(g.kv_cache_spec):
+                continue  # per-request scratch (circular buffer): never looked up
             eagle = i in self.eagle_group_ids
             for sg in self.attention_groups:
                 if sg.spec == g.kv_cache_spec:
@@ -67,11 +77,12 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             else:
                 self.attention_groups.append(
                     SpecGroup(g.kv_cache_spec, [i], type(managers[i]), eagle))
-        if len(self.attention_groups) < 2:
+        if distinct < 2 or not self.attention_groups:
             raise InvalidConfig(
-                f"kv_cache_groups: a hybrid model needs at least two distinct specs, got "
-                f"{len(self.attention_groups)} (one spec: merge the groups; caching off: "
-                f"enable_caching=False)")
+                f"kv_cache_groups: a hybrid model needs at least two distinct specs, one of "
+                f"them prefix-cacheable, got {distinct} spec(s), "
+                f"{len(self.attention_groups)} cacheable (one spec: merge the groups; "
+                f"caching off: enable_caching=False)")
         self.attention_groups.sort(key=lambda sg: not sg.is_full_attention)  # stable
         for sg in self.attention_groups:
             if sg.use_eagle:
@@ -196,6 +207,27 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         self.num_uncached_common_prefix_tokens = longest - hit
         return tuple(b if b is not None else [] for b in hits), hit
 
+    def find_longest_cache_hit_per_group(
+        self, block_hashes: Sequence[bytes], max_cache_hit_length: int,
+    ) -> tuple[tuple[list[int], ...], tuple[int, ...]]:
+        """Each spec group's own longest hit at ``max_cache_hit_length`` (its EAGLE drop
+        applied, the usual alignment), with no common length: the blocks and the hit tokens
+        per group. Pure. A KV connector uses it to learn what each group holds locally
+        (vLLM's scheduler does so for Mamba hybrids); ``allocate_slots`` needs the common
+        hit of :meth:`find_longest_cache_hit` instead."""
+        hits: list[list[int]] = [[] for _ in self.kv_cache_config.kv_cache_groups]
+        lengths = [0] * len(hits)
+        for sg in self.attention_groups:
+            if self.partial_hash_hits:
+                result, length = self._lookup_partial(sg, block_hashes, max_cache_hit_length)
+            else:
+                result = self._lookup(sg, block_hashes, max_cache_hit_length, sg.use_eagle)
+                length = len(result[0]) * sg.spec.block_size
+            for gid, blocks in zip(sg.group_ids, result, strict=True):
+                hits[gid] = blocks
+                lengths[gid] = length
+        return tuple(hits), tuple(lengths)
+
     def _cap_by_full_attention(self, hits: list[list[int] | None], hit: int,
                                block_hashes: Sequence[bytes]) -> int:
         """Invariant 26: no full-attention group may cover less than the hit (§12)."""
@@ -237,10 +269,11 @@ def partial_hash_hits_supported(groups: Sequence[Any], managers: Sequence[Any],
     larger than a hash block, every Mamba group in align mode, and every other group
     either able to look up inside a block or hashed at its own block size."""
     specs = [g.kv_cache_spec for g in groups]
+    pairs = [(s, m) for s, m in zip(specs, managers, strict=True) if is_prefix_cacheable(s)]
     if not any(isinstance(s, MambaSpec) and s.mamba_cache_mode == "align"
                and s.block_size > hash_block_size for s in specs):
         return False
-    for spec, manager in zip(specs, managers, strict=True):
+    for spec, manager in pairs:
         if isinstance(spec, MambaSpec) and spec.mamba_cache_mode != "align":
             return False
         if not manager.supports_partial_hits and spec.block_size != hash_block_size:

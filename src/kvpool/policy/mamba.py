@@ -257,11 +257,12 @@ class MambaManager(SingleTypeKVCacheManager):
         its worker table is append-only, so the request keeps ``source`` and the cache
         entry moves to the fresh ``dst``, which the queued copy fills this step (§10.4).
         ``source`` gets a retention ref; ``dst``'s only ref is its retention."""
-        key = self._last_key.get(source)
+        key = self._last_key.pop(source, None)
         self.block_pool.move_block_hashes(source, dst)
         self._pending_copies.append((source, dst))
         self.block_pool.touch([source])
-        if key is not None:
+        if key is not None and self.block_pool.observe().key_tokens(dst) is not None:
+            # (No key moved if a KV connector evicted the entry meanwhile.)
             self._last_key[dst] = key
             self.cached_blocks_this_step.add(key)  # filled only by this step's copy
 

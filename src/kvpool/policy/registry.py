@@ -7,6 +7,7 @@ from typing import Any
 
 from kvpool.errors import InvalidConfig
 from kvpool.policy.chunked_local import ChunkedLocalAttentionManager
+from kvpool.policy.circular_buffer import CircularBufferManager
 from kvpool.policy.cross_attention import CrossAttentionManager
 from kvpool.policy.full_attention import (
     FullAttentionManager,
@@ -18,6 +19,7 @@ from kvpool.policy.manager import SingleTypeKVCacheManager
 from kvpool.policy.sliding_window import SlidingWindowManager
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
+    CircularBufferSpec,
     CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheSpec,
@@ -35,6 +37,7 @@ MANAGER_FOR_SPEC: dict[type, type[SingleTypeKVCacheManager]] = {
     ChunkedLocalAttentionSpec: ChunkedLocalAttentionManager,
     MambaSpec: MambaManager,
     CrossAttentionSpec: CrossAttentionManager,
+    CircularBufferSpec: CircularBufferManager,  # vLLM 0.33
 }
 
 

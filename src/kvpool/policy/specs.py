@@ -137,6 +137,12 @@ class CrossAttentionSpec(AttentionSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CircularBufferSpec(AttentionSpec):
+    """A ring of ``block_size`` token rows, one block per request for its whole life
+    (vLLM 0.33, e.g. the keys of a group still being compressed): never prefix-cached."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class MambaSpec(KVCacheSpec):
     """A state-space layer: only the newest state matters.
 
@@ -215,6 +221,12 @@ def spec_kind(spec: KVCacheSpec) -> str:
     return "unknown"
 
 
+def is_prefix_cacheable(spec: KVCacheSpec) -> bool:
+    """Whether a group of this spec takes part in prefix caching (a circular buffer is
+    per-request scratch: no lookups, no keys)."""
+    return not isinstance(spec, CircularBufferSpec)
+
+
 def spec_sliding_window(spec: KVCacheSpec) -> int | None:
     """The window events report: a sliding-window spec's, ``None`` for any other spec."""
     return spec.sliding_window if isinstance(spec, SlidingWindowSpec) else None
@@ -223,6 +235,7 @@ def spec_sliding_window(spec: KVCacheSpec) -> int | None:
 __all__ = [
     "AttentionSpec",
     "ChunkedLocalAttentionSpec",
+    "CircularBufferSpec",
     "CrossAttentionSpec",
     "FullAttentionSpec",
     "KVCacheConfig",
@@ -235,6 +248,7 @@ __all__ = [
     "SlidingWindowMLASpec",
     "SlidingWindowSpec",
     "cdiv",
+    "is_prefix_cacheable",
     "spec_kind",
     "spec_sliding_window",
 ]
