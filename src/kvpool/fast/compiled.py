@@ -25,24 +25,32 @@ Compile choices:
 * ``nogil`` is left off: the pool is single-threaded by contract (BEHAVIOUR.md §6).
 * Helpers (``_``-prefixed functions of ``kernels``) are registered with ``register_jitable``:
   they stay plain functions for the uncompiled run, and compiled kernels that call them
-  compile them inline — no second copy of any helper exists.
+  compile them inline — no second copy of any helper exists. The hash probe's helpers
+  (``_INLINED``) are inlined by Numba itself before LLVM sees them: as separate functions
+  each call passed three array structs by value and cost a lookup about 90 ns (measured).
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numba
 from numba import types as nt
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import register_jitable
 
 from kvpool.fast import kernels
 
+_INLINED = frozenset(("_hash_key", "_key_equals", "_find_key"))
+_CALLED_BY_HANDLE_KERNELS = ("lookup_one", "touch_one", "free_one", "get_new_blocks_unkeyed",
+                             "get_new_blocks_quiet")
 for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
-    if _name.startswith("_") and _fn.__module__ == kernels.__name__:
-        register_jitable(_fn)
+    if _fn.__module__ == kernels.__name__ and (
+            _name.startswith("_") or _name in _CALLED_BY_HANDLE_KERNELS):
+        register_jitable(inline="always")(_fn) if _name in _INLINED else register_jitable(_fn)
 
 _blk = nt.Array(nt.int32, 2, "C")  # blk, ent rows
 _i64_2d = nt.Array(nt.int64, 2, "C")  # blk64, keys, events, lookup output
@@ -105,6 +113,41 @@ SIGNATURES: dict[str, tuple] = {
 """Every public kernel with its one signature ``(return type, argument types)``."""
 
 
+POOL_ARRAYS_FIELDS = (("blk", _blk), ("blk64", _i64_2d), ("ent", _ENT), ("keys", _i64_2d),
+                      ("key_bytes", _u8_2d), ("table", _table), ("meta", _i64), ("out", _i64),
+                      ("caching", _bool), ("events_on", _bool))
+"""The jitclass layout of :class:`kvpool.fast.kernels.PoolArrays`."""
+
+_POOL_ARRAYS_CLASS: list[Any] = []
+
+
+def pool_arrays_class(jit: bool) -> Any:
+    """:class:`kvpool.fast.kernels.PoolArrays`, as a jitclass when ``jit`` (built once)."""
+    if not jit:
+        return kernels.PoolArrays
+    if not _POOL_ARRAYS_CLASS:
+        from numba.experimental import jitclass
+
+        _POOL_ARRAYS_CLASS.append(jitclass(list(POOL_ARRAYS_FIELDS))(kernels.PoolArrays))
+    return _POOL_ARRAYS_CLASS[0]
+
+
+def _handle_signatures() -> dict[str, tuple]:
+    arrays = pool_arrays_class(True).class_type.instance_type
+    return {
+        "h_lookup_one": (_int, (arrays, _bytes, _int)),
+        "h_touch_one": (_int, (arrays, _int)),
+        "h_free_one": (_int, (arrays, _int)),
+        "h_pop": (_int, (arrays, _int)),
+    }
+
+
+HANDLE_KERNELS = ("h_lookup_one", "h_touch_one", "h_free_one", "h_pop")
+"""The one-op kernels over one :class:`~kvpool.fast.kernels.PoolArrays` argument. Compiled
+without the on-disk cache: Numba cannot cache code typed on a jitclass (the type's name
+changes per process), so each process compiles these few small kernels on first use."""
+
+
 class KernelSet:
     """The kernels by attribute name: compiled entry points, or the plain functions."""
 
@@ -113,7 +156,7 @@ class KernelSet:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         # Only called for names not yet cached on the instance: resolve once, then keep.
-        if name not in SIGNATURES:
+        if name not in SIGNATURES and name not in HANDLE_KERNELS:
             raise AttributeError(name)
         fn = _compiled(name) if self.jit else getattr(kernels, name)
         setattr(self, name, fn)
@@ -127,12 +170,16 @@ def _compiled(name: str) -> Callable[..., Any]:
     entry = _ENTRY_POINTS.get(name)
     if entry is None:
         fn = getattr(kernels, name)
-        dispatcher = numba.njit(cache=True)(fn)
+        dispatcher = numba.njit(cache=name not in HANDLE_KERNELS)(fn)
         if not hasattr(dispatcher, "compile"):  # NUMBA_DISABLE_JIT=1: njit returned fn itself
             entry = fn
         else:
-            ret, args = SIGNATURES[name]
-            entry = dispatcher.compile(ret(*args))
+            ret, args = SIGNATURES[name] if name in SIGNATURES else _handle_signatures()[name]
+            with warnings.catch_warnings():
+                # Inlining a helper's loop (_INLINED) trips a check that Numba itself calls
+                # "internal pedantic"; the compiled code is right (the twin tests compare it).
+                warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+                entry = dispatcher.compile(ret(*args))
             dispatcher.disable_compile()
         _ENTRY_POINTS[name] = entry
     return entry
@@ -155,6 +202,6 @@ def compile_all() -> float:
 
     start = time.perf_counter()
     ks = kernel_set(True)
-    for name in SIGNATURES:
+    for name in (*SIGNATURES, *HANDLE_KERNELS):
         getattr(ks, name)
     return time.perf_counter() - start

@@ -1448,3 +1448,61 @@ def queue_order(blk, out):
         i += 1
         b = blk[b, NEXT]
     return i
+
+
+# ===============================================================================================
+# One-argument state: the one-op hot paths (h_*)
+# ===============================================================================================
+
+
+class PoolArrays:
+    """Every array of one pool, and its two settings, in one object.
+
+    Numba converts each array argument of a call separately (about 80 ns each), so a one-op
+    kernel over five arrays spends more on its arguments than on its work. The one-op paths
+    therefore take this object instead: :mod:`kvpool.fast.compiled` makes it a jitclass, whose
+    conversion reads one pointer. The state replaces a field whenever it replaces that array.
+    """
+
+    def __init__(self, blk, blk64, ent, keys, key_bytes, table, meta, out, caching, events_on):
+        self.blk = blk
+        self.blk64 = blk64
+        self.ent = ent
+        self.keys = keys
+        self.key_bytes = key_bytes
+        self.table = table
+        self.meta = meta
+        self.out = out
+        self.caching = caching
+        self.events_on = events_on
+
+
+LOOKUP_BAD_GROUP = -2  # h_lookup_one: the group id is outside [0, 2**32): ask the shell
+
+
+def h_lookup_one(s, block_hash, group):
+    """:func:`lookup_one` over ``s``; ``LOOKUP_BAD_GROUP`` for a group outside [0, 2**32)."""
+    if group < 0 or group > 0xFFFFFFFF:
+        return LOOKUP_BAD_GROUP
+    return lookup_one(s.keys, s.key_bytes, s.table, block_hash, group)
+
+
+def h_touch_one(s, b):
+    """:func:`touch_one` over ``s``."""
+    return touch_one(s.blk, s.meta, b)
+
+
+def h_free_one(s, b):
+    """:func:`free_one` over ``s``."""
+    return free_one(s.blk, s.meta, s.caching, b)
+
+
+def h_pop(s, n):
+    """The lean allocation over ``s``: :func:`get_new_blocks_unkeyed`, and when a popped
+    block needs eviction on a pool without events or watchers, :func:`get_new_blocks_quiet`.
+    Returns what they return (the first id, or ``-code``; ``-NEED_FULL``: use the full path)."""
+    r = get_new_blocks_unkeyed(s.blk, s.meta, s.out, n)
+    if r == -NEED_FULL and not s.events_on and s.meta[M_NUM_WATCHERS] == 0:
+        r = get_new_blocks_quiet(s.blk, s.blk64, s.ent, s.keys, s.table, s.meta, s.out,
+                                 s.caching, n)
+    return r

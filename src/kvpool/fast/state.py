@@ -21,7 +21,7 @@ import numpy as np
 
 from kvpool.errors import InvalidConfig
 from kvpool.fast import kernels as k
-from kvpool.fast.compiled import kernel_set
+from kvpool.fast.compiled import kernel_set, pool_arrays_class
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
@@ -70,21 +70,34 @@ class FastState:
         # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
         # call from the shell straight into the compiled entry point.
         ks = self.kernels
+        # One object holding every array: the one-op kernels (h_*) take it as their only
+        # array argument (kernels.PoolArrays says why); _bind_index_verbs keeps it current.
+        self.arrays = pool_arrays_class(jit)(
+            self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table, self.meta,
+            self.out, self.enable_caching, self.enable_events)
+        self._in_arrays = [self.ent, self.keys, self.key_bytes, self.table]
+        self.lookup_one = partial(ks.h_lookup_one, self.arrays)
+        self.touch_one = partial(ks.h_touch_one, self.arrays)
+        self.free_one = partial(ks.h_free_one, self.arrays)
+        self.pop = partial(ks.h_pop, self.arrays)
         self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
         self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
         self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
         self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
-        self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
         self.touch = partial(ks.touch, self.blk, self.meta)
-        self.touch_one = partial(ks.touch_one, self.blk, self.meta)
         self._bind_index_verbs()
 
     def _bind_index_verbs(self) -> None:
-        """The one-op verbs that read the hash index, bound to its current arrays (again
-        after any of them grows): ``lookup_one(hash_bytes, group)`` and
-        ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
-        ks = self.kernels
-        self.lookup_one = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
+        """Point :attr:`arrays` at the hash index's current arrays (again after any of them
+        grows; a jitclass field store costs microseconds, so only a replaced one is stored),
+        and bind ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
+        ks, arrays = self.kernels, self.arrays
+        # (Reading a jitclass field back boxes a new ndarray: identity is tracked here.)
+        for i, name in enumerate(("ent", "keys", "key_bytes", "table")):
+            current = getattr(self, name)
+            if self._in_arrays[i] is not current:
+                setattr(arrays, name, current)
+                self._in_arrays[i] = current
         self.pop_quiet = partial(ks.get_new_blocks_quiet, self.blk, self.blk64, self.ent,
                                  self.keys, self.table, self.meta, self.out,
                                  self.enable_caching)
