@@ -40,14 +40,40 @@ from typing import Any
 import numba
 from numba import types as nt
 from numba.core.errors import NumbaIRAssumptionWarning
-from numba.extending import register_jitable
+from numba.extending import intrinsic, overload, register_jitable
 
 from kvpool.fast import kernels
 
 _INLINED = frozenset(("_hash_key", "_key_equals", "_find_key"))
 _CALLED_BY_HANDLE_KERNELS = ("lookup_one", "touch_one", "free_one", "get_new_blocks_unkeyed",
                              "get_new_blocks_quiet")
+
+
+@intrinsic
+def _borrowed_view(typingctx, arr):
+    """The array with the same data, shape and strides but no owner (meminfo and parent
+    null): Numba's reference counting skips it (see :func:`kvpool.fast.kernels._raw`)."""
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, args[0])
+        dst = context.make_array(sig.return_type)(context, builder)
+        context.populate_array(dst, data=src.data, shape=src.shape, strides=src.strides,
+                               itemsize=src.itemsize, meminfo=None, parent=None)
+        return dst._getvalue()
+
+    return arr(arr), codegen
+
+
+@overload(kernels._raw)
+def _raw_compiled(a):
+    if isinstance(a, nt.Array):
+        return lambda a: _borrowed_view(a)
+    return lambda a: a
+
+
 for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
+    if _name == "_raw":
+        continue  # overloaded above
     if _fn.__module__ == kernels.__name__ and (
             _name.startswith("_") or _name in _CALLED_BY_HANDLE_KERNELS):
         register_jitable(inline="always")(_fn) if _name in _INLINED else register_jitable(_fn)
