@@ -260,9 +260,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                     code = self._touch_one(b)
                 except OverflowError:  # beyond int64
                     code = k.ERR_BLOCK_ID
-                if code == k.ERR_BLOCK_ID:
-                    raise self._bad_id(b)
                 if code:
+                    if code == k.ERR_BLOCK_ID:
+                        raise self._bad_id(b)
                     raise self._id_error(code, blocks, np.array(blocks, np.int64))
                 return None
         ids = self._fast_ids(blocks) if self.metrics_collector is None else None
