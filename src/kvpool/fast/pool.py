@@ -97,13 +97,28 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         self._dims = _Dims(config.num_gpu_blocks, config.hash_block_size)
         self._out = st.out
         self._meta = st.meta
-        self._pop = st.pop
-        self._free_one = st.free_one
-        self._touch_one = st.touch_one
-        self._lookup_one = st.lookup_one
+        self._bind_one_op_verbs()
         self._free_ids = st.free
         self._cand1 = np.zeros(1, np.int64)
         self._lookup_scratch: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    _ONE_OP_VERBS = ("_pop", "_free_one", "_touch_one", "_lookup_one")
+
+    def _bind_one_op_verbs(self) -> None:
+        st = self._st
+        self._pop, self._free_one = st.pop, st.free_one
+        self._touch_one, self._lookup_one = st.touch_one, st.lookup_one
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The one-op verbs are bound to the state's jitclass, which a copy rebuilds.
+        state = self.__dict__.copy()
+        for name in self._ONE_OP_VERBS:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_one_op_verbs()
 
     # -- argument conversion ------------------------------------------------------------------
 

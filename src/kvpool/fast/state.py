@@ -70,9 +70,23 @@ class FastState:
         # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
         # call from the shell straight into the compiled entry point.
         ks = self.kernels
-        # One object holding every array: the one-op kernels (h_*) take it as their only
-        # array argument (kernels.PoolArrays says why); _bind_index_verbs keeps it current.
-        self.arrays = pool_arrays_class(jit)(
+        self._bind_arrays()
+        self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
+        self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
+        self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
+        self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
+        self.touch = partial(ks.touch, self.blk, self.meta)
+        self._bind_index_verbs()
+
+    _REBUILT = ("arrays", "_in_arrays", "lookup_one", "touch_one", "free_one", "pop")
+    """Attributes a copy rebuilds instead of copying (a jitclass cannot be copied)."""
+
+    def _bind_arrays(self) -> None:
+        """One object holding every array, and the one-op verbs over it: the h_* kernels take
+        it as their only array argument (kernels.PoolArrays says why); _bind_index_verbs
+        keeps it current."""
+        ks = self.kernels
+        self.arrays = pool_arrays_class(ks.jit)(
             self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table, self.meta,
             self.out, self.enable_caching, self.enable_events)
         self._in_arrays = [self.ent, self.keys, self.key_bytes, self.table]
@@ -80,12 +94,18 @@ class FastState:
         self.touch_one = partial(ks.h_touch_one, self.arrays)
         self.free_one = partial(ks.h_free_one, self.arrays)
         self.pop = partial(ks.h_pop, self.arrays)
-        self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
-        self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
-        self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
-        self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
-        self.touch = partial(ks.touch, self.blk, self.meta)
-        self._bind_index_verbs()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # copy.deepcopy (the exhaustive checker copies pools) and pickle: everything but the
+        # jitclass and what is bound to it, rebuilt over the copied arrays by __setstate__.
+        state = self.__dict__.copy()
+        for name in self._REBUILT:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_arrays()
 
     def _bind_index_verbs(self) -> None:
         """Point :attr:`arrays` at the hash index's current arrays (again after any of them
