@@ -26,8 +26,15 @@ Compile choices:
 * Helpers (``_``-prefixed functions of ``kernels``) are registered with ``register_jitable``:
   they stay plain functions for the uncompiled run, and compiled kernels that call them
   compile them inline — no second copy of any helper exists. The hash probe's helpers
-  (``_INLINED``) are inlined by Numba itself before LLVM sees them: as separate functions
-  each call passed three array structs by value and cost a lookup about 90 ns (measured).
+  (``_INLINED``) are inlined by Numba itself before LLVM sees them (a lookup hit measured
+  ~230 ns as separate functions, ~140 ns inlined).
+* ``kernels._raw`` is overloaded here with :func:`_borrowed_view` (arrays that Numba does
+  not reference-count; the reason is in ``_raw``'s docstring).
+* The one-op kernels ``h_*`` take one ``kernels.PoolArrays``, made a jitclass here; they
+  are compiled without the on-disk cache (:data:`HANDLE_KERNELS` says why).
+* This module's own compile choices (``_INLINED``, the two overloads) are not seen by the
+  on-disk cache, which watches ``kernels.py`` only: change one, and clear the cache
+  (``__pycache__`` next to ``kernels.py``) or touch ``kernels.py``.
 """
 
 from __future__ import annotations
@@ -76,7 +83,10 @@ for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
         continue  # overloaded above
     if _fn.__module__ == kernels.__name__ and (
             _name.startswith("_") or _name in _CALLED_BY_HANDLE_KERNELS):
-        register_jitable(inline="always")(_fn) if _name in _INLINED else register_jitable(_fn)
+        if _name in _INLINED:
+            register_jitable(inline="always")(_fn)
+        else:
+            register_jitable(_fn)
 
 _blk = nt.Array(nt.int32, 2, "C")  # blk, ent rows
 _i64_2d = nt.Array(nt.int64, 2, "C")  # blk64, keys, events, lookup output

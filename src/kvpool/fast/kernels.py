@@ -7,6 +7,10 @@ input (every caller id is range-checked first). The same source runs uncompiled 
 configuration globals (settings are arguments) and only use what Numba and Python evaluate
 identically — ints from arrays go through ``int()`` before any arithmetic that could widen.
 
+Every kernel first rebinds its array arguments with :func:`_raw` (compiled: views Numba does
+not reference-count; its docstring says why). The one-op hot paths (``h_*``, at the end) take
+all arrays in one :class:`PoolArrays` object instead of one argument each.
+
 Everything compiled lives in this one file on purpose: Numba's on-disk cache (``cache=True``)
 only watches the source file of the function it compiled, so a helper or a constant kept in
 another module could change without invalidating the cached machine code that inlined it.
