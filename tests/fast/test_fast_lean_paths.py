@@ -84,3 +84,22 @@ def test_a_deep_copy_is_an_independent_pool_with_working_one_op_paths(jit):
     assert pool.get_num_free_blocks() == 11 and twin.get_num_free_blocks() == 0
     assert_sound(pool)
     assert_sound(twin)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_the_one_op_state_is_built_on_first_use_and_follows_every_growth(jit):
+    pool = fast_pool(40, jit=jit)
+    pool.free_blocks(pool.get_new_blocks_array(3))  # array paths: no one-op state
+    assert pool._st.arrays is None
+    request = request_with_hashes(30)
+    assert pool.get_cached_block(request.block_hashes[0], [0]) is None  # built here
+    assert pool._st.arrays is not None
+    blocks = pool.get_new_blocks(30)
+    pool.cache_full_blocks(request, blocks, 0, 30, 16, 0)  # the index arrays grow
+    for h, b in zip(request.block_hashes, blocks, strict=True):
+        assert pool.get_cached_block(h, [0]) == [b]
+    pool.free_blocks(blocks[::-1])
+    for _ in range(39):  # one block at a time, the last 30 evicting a cached block
+        pool.get_new_blocks(1)
+    assert pool.get_cached_block(request.block_hashes[0], [0]) is None
+    assert_sound(pool)

@@ -97,17 +97,20 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         self._dims = _Dims(config.num_gpu_blocks, config.hash_block_size)
         self._out = st.out
         self._meta = st.meta
-        self._bind_one_op_verbs()
         self._free_ids = st.free
         self._cand1 = np.zeros(1, np.int64)
         self._lookup_scratch: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     _ONE_OP_VERBS = ("_pop", "_free_one", "_touch_one", "_lookup_one")
+    """The state's one-op verbs, kept here on first use (FastState.ONE_OP_VERBS)."""
 
-    def _bind_one_op_verbs(self) -> None:
-        st = self._st
-        self._pop, self._free_one = st.pop, st.free_one
-        self._touch_one, self._lookup_one = st.touch_one, st.lookup_one
+    def __getattr__(self, name: str) -> Any:
+        # Only for attributes not set yet: a one-op verb, bound on first use.
+        if name in FastBlockPool._ONE_OP_VERBS and "_st" in self.__dict__:
+            verb = getattr(self._st, name[1:])
+            setattr(self, name, verb)
+            return verb
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict[str, Any]:
         # The one-op verbs are bound to the state's jitclass, which a copy rebuilds.
@@ -118,7 +121,6 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._bind_one_op_verbs()
 
     # -- argument conversion ------------------------------------------------------------------
 

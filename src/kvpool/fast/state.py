@@ -70,7 +70,7 @@ class FastState:
         # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
         # call from the shell straight into the compiled entry point.
         ks = self.kernels
-        self._bind_arrays()
+        self.arrays: Any = None  # the PoolArrays of the one-op verbs, built on first use
         self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
         self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
         self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
@@ -78,8 +78,19 @@ class FastState:
         self.touch = partial(ks.touch, self.blk, self.meta)
         self._bind_index_verbs()
 
-    _REBUILT = ("arrays", "_in_arrays", "lookup_one", "touch_one", "free_one", "pop")
+    ONE_OP_VERBS = ("lookup_one", "touch_one", "free_one", "pop")
+    """``lookup_one(hash, group)``, ``touch_one(b)``, ``free_one(b)``, ``pop(n)``: the h_*
+    kernels over :attr:`arrays`, bound on first use (their compilation, a few seconds, is
+    not cached on disk: a process that never calls them never pays for it)."""
+    _REBUILT = ("arrays", "_in_arrays", *ONE_OP_VERBS)
     """Attributes a copy rebuilds instead of copying (a jitclass cannot be copied)."""
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for attributes not set yet: the one-op verbs, bound here on first use.
+        if name in FastState.ONE_OP_VERBS and "blk" in self.__dict__:
+            self._bind_arrays()
+            return self.__dict__[name]
+        raise AttributeError(name)
 
     def _bind_arrays(self) -> None:
         """One object holding every array, and the one-op verbs over it: the h_* kernels take
@@ -105,7 +116,7 @@ class FastState:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._bind_arrays()
+        self.arrays = None  # rebuilt over the copied arrays on first use
 
     def _bind_index_verbs(self) -> None:
         """Point :attr:`arrays` at the hash index's current arrays (again after any of them
@@ -115,7 +126,7 @@ class FastState:
         # (Reading a jitclass field back boxes a new ndarray: identity is tracked here.)
         for i, name in enumerate(("ent", "keys", "key_bytes", "table")):
             current = getattr(self, name)
-            if self._in_arrays[i] is not current:
+            if arrays is not None and self._in_arrays[i] is not current:
                 setattr(arrays, name, current)
                 self._in_arrays[i] = current
         self.pop_quiet = partial(ks.get_new_blocks_quiet, self.blk, self.blk64, self.ent,
