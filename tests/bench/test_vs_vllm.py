@@ -19,9 +19,12 @@ import pytest
 from kvpool import make_pool
 from kvpool.bench import vllm_pattern
 from kvpool.bench.vs_vllm import (
+    CONSTRUCT_CLOCK,
+    CONSTRUCT_FIGURES,
     DECISIONS,
     VsVllmConfig,
     _Samples,
+    _vllm_construct,
     default_kit,
     format_table,
     table_rows,
@@ -93,6 +96,26 @@ def test_the_table_has_one_row_per_figure_and_clock_with_ratios_the_right_way_ro
     text = format_table({"rows": rows, "meta": {"backends": ["fast"], "rounds": 1,
                                                 "python": "3", "vllm": {}}})
     assert "4.00x" in text and "3.00x" in text
+
+
+def test_the_construct_rows_compare_fresh_process_figures_and_judge_the_byte_bound():
+    config = VsVllmConfig(python="-", kit="-", backends=("fast",), rounds=1)
+    samples = _Samples()
+    vllm_row = {"1000000": {"n": 1_000_000, "seconds": 1.2, "rss_growth_mib": 100.0,
+                            "tracemalloc_peak_mib": 130.0}}
+    samples.add("vllm", CONSTRUCT_CLOCK, _vllm_construct(vllm_row), CONSTRUCT_FIGURES)
+    samples.add("fast/pattern", CONSTRUCT_CLOCK,
+                {"construct_1M_s": 0.003, "construct_1M_bytes_per_block": 50.0},
+                CONSTRUCT_FIGURES)
+    by_name = {r["figure"]: r for r in table_rows(samples, config)}
+    seconds = by_name["construct 1M blocks s"]
+    assert seconds["ratio"]["fast"] == pytest.approx(400.0) and seconds["met"]
+    memory = by_name["construct 1M blocks, bytes per block"]
+    assert memory["vllm"] == pytest.approx(130 * 2**20 / 1e6)  # the larger of the two
+    assert memory["met"] is False  # 50 > 48 bytes per block
+    text = format_table({"rows": list(by_name.values()),
+                         "meta": {"backends": ["fast"], "rounds": 1, "python": "3", "vllm": {}}})
+    assert "<= 48 MISSED" in text and ">= 200x met" in text
 
 
 VLLM_PYTHON = os.environ.get("KVPOOL_VLLM_PYTHON")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kvpool.errors import KvPoolError
 from kvpool.fast import kernels
-from kvpool.fast.compiled import SIGNATURES, kernel_set
+from kvpool.fast.compiled import HANDLE_KERNELS, SIGNATURES, kernel_set, pool_arrays_class
 from kvpool.fast.state import FastState
 
 N = 10
@@ -213,4 +213,34 @@ def test_guard_rows_catch_an_out_of_bounds_write_by_compiled_code():
 def test_every_kernel_has_a_plain_twin_and_a_signature():
     public = {n for n in dir(kernels) if callable(getattr(kernels, n)) and not n.startswith("_")
               and getattr(getattr(kernels, n), "__module__", "") == kernels.__name__}
-    assert public == set(SIGNATURES)
+    assert public == set(SIGNATURES) | set(HANDLE_KERNELS) | {"PoolArrays"}
+
+
+def handle_arguments(data, name: str) -> tuple:
+    """The arguments after the PoolArrays of one-op kernel ``name`` (often invalid)."""
+    if name == "h_lookup_one":
+        key = block_hash(f"k{data.draw(st.integers(0, 4))}",
+                         data.draw(st.sampled_from([32, 16, 0])))
+        return key, data.draw(st.sampled_from([0, 1, -1, 2**32, 2**40]))
+    return (data.draw(small),)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), name=st.sampled_from(HANDLE_KERNELS))
+def test_one_argument_kernels_agree_compiled_and_plain(data, name):
+    """The h_* kernels over a PoolArrays: the jitclass one and the plain one, same inputs,
+    same result and the same bytes in every array."""
+    state = built_state(data)
+    plain, compiled = copies(state), copies(state)
+    extra = handle_arguments(data, name)
+
+    def arrays(jit: bool, a: dict) -> object:
+        return pool_arrays_class(jit)(a["blk"], a["blk64"], a["ent"], a["keys"],
+                                      a["key_bytes"], a["table"], a["meta"], a["out"],
+                                      state.enable_caching, state.enable_events)
+
+    r_plain = getattr(kernel_set(False), name)(arrays(False, plain), *extra)
+    r_compiled = getattr(kernel_set(True), name)(arrays(True, compiled), *extra)
+    assert r_plain == r_compiled and type(r_plain) is type(r_compiled), (name, r_plain)
+    for key in ARRAYS:
+        assert np.array_equal(plain[key], compiled[key]), (name, key)

@@ -3,6 +3,8 @@ the spec's results and errors, and leave the spec's state, across hash-table gro
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from fast_twin import assert_sound, fast_pool, request_with_hashes
 
@@ -32,6 +34,8 @@ def test_lean_single_op_paths_match_the_spec(jit):
         ("get_cached_block", (b"absent", [0])),
         ("get_cached_block", (b"", [0])),
         ("get_cached_block", (request.block_hashes[0], [2**32])),
+        ("get_cached_block", (request.block_hashes[0], [2**64])),  # beyond int64
+        ("get_cached_block", (request.block_hashes[0], [-1])),
         ("get_cached_block", (request.block_hashes[0], [True])),
         ("get_cached_block", ("not bytes", [0])),
         ("touch", ([3],)), ("touch", ([0],)), ("touch", ([-1],)), ("touch", ([12],)),
@@ -58,3 +62,44 @@ def test_lean_error_types():
         pool.get_cached_block(b"x", [-1])
     with pytest.raises(InvalidArgument):
         pool.get_cached_block(None, [0])
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_a_deep_copy_is_an_independent_pool_with_working_one_op_paths(jit):
+    """The one-op verbs run over a jitclass of the pool's arrays, which cannot be copied: a
+    copy rebuilds it over its own arrays (the exhaustive checker copies pools)."""
+    pool = fast_pool(12, jit=jit)
+    request = request_with_hashes(4)
+    blocks = pool.get_new_blocks(4)
+    pool.cache_full_blocks(request, blocks, 0, 4, 16, 0)
+    pool.free_blocks(blocks[::-1])
+    twin = copy.deepcopy(pool)
+    assert twin.abstract() == pool.abstract()
+    assert twin.get_cached_block(request.block_hashes[0], [0]) == [blocks[0]]
+    got = twin.get_new_blocks(11)  # evicts every cached block of the copy
+    twin.touch([got[0]])
+    twin.free_blocks([got[0]])
+    assert twin.get_cached_block(request.block_hashes[0], [0]) is None
+    assert pool.get_cached_block(request.block_hashes[0], [0]) == [blocks[0]]
+    assert pool.get_num_free_blocks() == 11 and twin.get_num_free_blocks() == 0
+    assert_sound(pool)
+    assert_sound(twin)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_the_one_op_state_is_built_on_first_use_and_follows_every_growth(jit):
+    pool = fast_pool(40, jit=jit)
+    pool.free_blocks(pool.get_new_blocks_array(3))  # array paths: no one-op state
+    assert pool._st.arrays is None
+    request = request_with_hashes(30)
+    assert pool.get_cached_block(request.block_hashes[0], [0]) is None  # built here
+    assert pool._st.arrays is not None
+    blocks = pool.get_new_blocks(30)
+    pool.cache_full_blocks(request, blocks, 0, 30, 16, 0)  # the index arrays grow
+    for h, b in zip(request.block_hashes, blocks, strict=True):
+        assert pool.get_cached_block(h, [0]) == [b]
+    pool.free_blocks(blocks[::-1])
+    for _ in range(39):  # one block at a time, the last 30 evicting a cached block
+        pool.get_new_blocks(1)
+    assert pool.get_cached_block(request.block_hashes[0], [0]) is None
+    assert_sound(pool)

@@ -169,3 +169,20 @@ def test_requests_reject_unsorted_overlapping_or_negative_items(
 ) -> None:
     with pytest.raises(InvalidArgument):
         Request("r", list(range(32)), mm_features=features)
+
+
+@pytest.mark.parametrize("prompt_len, appended", [(40, 30), (32, 20), (10, 50), (16, 16)])
+def test_blocks_filled_by_output_tokens_hash_the_same_tokens_as_the_whole_sequence(
+        prompt_len: int, appended: int) -> None:
+    """The hasher reads only the new tokens of a Request (prompt, output, or both sides of
+    the boundary) and gets the chain that hashing ``all_token_ids`` block by block gives."""
+    hasher = get_request_block_hasher(16, _hasher())
+    request = Request("r", list(range(prompt_len)), block_hasher=hasher)
+    for t in range(appended):
+        request.append_output_token_ids(1000 + t)
+    tokens = request.all_token_ids
+    expected, parent = [], NONE_HASH
+    for start in range(0, len(tokens) // 16 * 16, 16):
+        parent = _sha((parent, tuple(tokens[start : start + 16]), None))
+        expected.append(parent)
+    assert request.block_hashes == expected

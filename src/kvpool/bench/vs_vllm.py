@@ -25,6 +25,7 @@ evictions, steps, ...) must be equal on every side; a difference is an error (ex
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -39,6 +40,7 @@ from typing import Any
 
 from kvpool.backends import make_pool
 from kvpool.bench import vllm_pattern
+from kvpool.bench.construct import measure_construction
 from kvpool.errors import InvalidConfig
 from kvpool.hashing import BlockHasher
 from kvpool.workload.driver import HASH_SEED, replay
@@ -66,6 +68,7 @@ class VsVllmConfig:
     rounds: int = 3
     raw_hash: str = "kvhash_raw"
     micro: bool = True
+    construct: bool = True
 
 
 def default_kit() -> str | None:
@@ -130,6 +133,7 @@ def _as_trace_requests(trace: list[tuple[str, int, list[int], list[int]]]) -> li
 
 def _batch_replay(backend: str, trace: list[TraceRequest], algorithm: str,
                   clock: Callable[[], float]) -> dict[str, Any]:
+    gc.collect()  # an earlier run's garbage is not collected inside this one (both sides)
     pool = make_pool(vllm_pattern.NUM_BLOCKS, backend=backend,
                      hash_block_size=vllm_pattern.BLOCK)
     hasher = BlockHasher(algorithm, seed=HASH_SEED)
@@ -146,6 +150,7 @@ def _batch_replay(backend: str, trace: list[TraceRequest], algorithm: str,
 
 def _pattern_replay(backend: str, trace: list[tuple[str, int, list[int], list[int]]],
                     clock: Callable[[], float]) -> dict[str, Any]:
+    gc.collect()
     pool = make_pool(vllm_pattern.NUM_BLOCKS, backend=backend,
                      hash_block_size=vllm_pattern.BLOCK)
     hasher = BlockHasher("sha256", seed=HASH_SEED)
@@ -170,6 +175,26 @@ class _Samples:
 
 
 TRACE_TIMES = ("pool_s", "wall_s", "hash_s")
+CONSTRUCT_N = 1_000_000
+CONSTRUCT_FIGURES = ("construct_1M_s", "construct_1M_bytes_per_block")
+CONSTRUCT_CLOCK = "fresh"
+"""Construction is timed by each side in fresh processes (the kit's ``bench_construct``,
+kvpool's :func:`~kvpool.bench.construct.measure_construction`), wall clock."""
+
+
+def _vllm_construct(answer: dict[str, Any]) -> dict[str, float]:
+    """The kit's 1M-block construction row as this module's figures: seconds, and bytes per
+    block as the larger of RSS growth and the tracemalloc peak (kvpool's rule too)."""
+    row = answer[str(CONSTRUCT_N)]
+    grown = max(row["rss_growth_mib"], row["tracemalloc_peak_mib"]) * 2**20
+    return {"construct_1M_s": row["seconds"], "construct_1M_bytes_per_block": grown / CONSTRUCT_N}
+
+
+def _kvpool_construct(backend: str) -> dict[str, float]:
+    m = measure_construction(backend, CONSTRUCT_N, 3)
+    grown = max(max(m["rss_bytes"], 0), m["traced_bytes"])
+    return {"construct_1M_s": m["seconds"], "construct_1M_bytes_per_block": grown / CONSTRUCT_N}
+
 MICRO_RATES = ("alloc1_free1_pairs_per_s", "alloc64_free64_blocks_per_s",
                "alloc64_free64_array_blocks_per_s", "hash_block_tokens_sha256_per_s",
                "hash_prompt_sha256_blocks_per_s", "hash_prompt_kvhash_raw_blocks_per_s",
@@ -230,8 +255,16 @@ def run_vs_vllm(config: VsVllmConfig, log: Callable[[str], None] = lambda _: Non
                                 vllm.ask({"what": "micro", "clock": clock_name}), MICRO_RATES)
                     hasher = BlockHasher("sha256", seed=HASH_SEED)
                     for backend in config.backends:
+                        gc.collect()
                         samples.add(f"{backend}/pattern", clock_name,
                                     vllm_pattern.run_micro(backend, hasher, clock), MICRO_RATES)
+            if config.construct:
+                log(f"round {r + 1}/{config.rounds}: construct 1M (fresh processes)")
+                samples.add("vllm", CONSTRUCT_CLOCK,
+                            _vllm_construct(vllm.ask({"what": "construct"})), CONSTRUCT_FIGURES)
+                for backend in config.backends:
+                    samples.add(f"{backend}/pattern", CONSTRUCT_CLOCK, _kvpool_construct(backend),
+                                CONSTRUCT_FIGURES)
     finally:
         vllm.close()
     meta = {"vllm": vllm.meta, "rounds": config.rounds, "backends": list(config.backends),
@@ -252,8 +285,12 @@ TARGETS: dict[str, float] = {
     "micro get_cached_block_miss_per_s": 1.0,
     "micro touch1_free1_pairs_per_s": 1.0,
     "micro alloc1_evicting_per_s": 1.0,
+    "construct 1M blocks s": 200.0,
 }
-"""Issue 8's targets: the fast backend's ratio to vLLM on the CPU clock, per row."""
+"""Issue 8's targets: the fast backend's ratio to vLLM on the CPU clock, per row
+(construction: in fresh processes, wall clock)."""
+LIMITS: dict[str, float] = {"construct 1M blocks, bytes per block": 48.0}
+"""Issue 8's absolute bounds on the fast backend's own figure, per row."""
 
 
 def _row(samples: _Samples, label: str, vllm_name: str, sides: dict[str, tuple[str, str]],
@@ -261,9 +298,12 @@ def _row(samples: _Samples, label: str, vllm_name: str, sides: dict[str, tuple[s
     ref = samples.median("vllm", vllm_name, clock)
     row: dict[str, Any] = {"figure": label, "clock": clock, "vllm": ref, "kvpool": {},
                            "ratio": {}}
-    goal = TARGETS.get(label) if clock == "cpu" else None
+    goal = TARGETS.get(label) if clock in ("cpu", CONSTRUCT_CLOCK) else None
     if goal is not None:
         row["target"] = goal
+    limit = LIMITS.get(label)
+    if limit is not None:
+        row["limit"] = limit
     for column, (side, name) in sides.items():
         value = samples.median(side, name, clock)
         if value is None:
@@ -273,6 +313,8 @@ def _row(samples: _Samples, label: str, vllm_name: str, sides: dict[str, tuple[s
             row["ratio"][column] = value / ref if rate else ref / value
     if goal is not None and "fast" in row["ratio"]:
         row["met"] = row["ratio"]["fast"] >= goal
+    if limit is not None and "fast" in row["kvpool"]:
+        row["met"] = row["kvpool"]["fast"] <= limit
     return row
 
 
@@ -304,6 +346,13 @@ def table_rows(samples: _Samples, config: VsVllmConfig) -> list[dict[str, Any]]:
                 rows.append(_row(samples, f"micro {name}", vllm_name,
                                  {b: (f"{b}/pattern", name) for b in config.backends}, clock,
                                  True))
+    if config.construct:
+        for label, name in (("construct 1M blocks s", "construct_1M_s"),
+                            ("construct 1M blocks, bytes per block",
+                             "construct_1M_bytes_per_block")):
+            rows.append(_row(samples, label, name,
+                             {b: (f"{b}/pattern", name) for b in config.backends},
+                             CONSTRUCT_CLOCK, False))
     return rows
 
 
@@ -321,14 +370,17 @@ def format_table(result: dict[str, Any]) -> str:
         for c in columns:
             value, ratio = row["kvpool"].get(c), row["ratio"].get(c)
             line += f" {_fmt(value):>12} {(f'{ratio:.2f}x' if ratio else '-'):>7}"
+        verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
         if "target" in row:
-            verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
             line += f"  >= {row['target']:g}x {verdict}"
+        elif "limit" in row:
+            line += f"  <= {row['limit']:g} {verdict}"
         lines.append(line)
     meta = result["meta"]
     lines.append(f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
                  f"kvpool python {meta['python']}; medians of {meta['rounds']} interleaved "
-                 "rounds; ratio = times better than vLLM; deterministic figures equal")
+                 "rounds; ratio = times better than vLLM; deterministic figures equal; "
+                 f"clock {CONSTRUCT_CLOCK}: wall time in fresh processes")
     return "\n".join(lines)
 
 

@@ -52,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rounds", type=positive_int, default=3, metavar="R",
                         help="--vs-vllm: interleaved rounds; figures are medians (3)")
     parser.add_argument("--no-micro", action="store_true",
-                        help="--vs-vllm: the trace figures only")
+                        help="--vs-vllm: no micro loops")
+    parser.add_argument("--no-construct", action="store_true",
+                        help="--vs-vllm: no 1M-block construction (fresh processes)")
     parser.set_defaults(func=run)
 
 
@@ -71,7 +73,7 @@ def run_vs_vllm(args: argparse.Namespace) -> int:
         return 2
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     config = VsVllmConfig(python=args.vs_vllm, kit=kit, backends=backends, rounds=args.rounds,
-                          micro=not args.no_micro)
+                          micro=not args.no_micro, construct=not args.no_construct)
     try:
         result = run_vs_vllm(config, log=lambda line: print(line, file=sys.stderr, flush=True))
     except VllmDivergence as exc:

@@ -25,24 +25,68 @@ Compile choices:
 * ``nogil`` is left off: the pool is single-threaded by contract (BEHAVIOUR.md §6).
 * Helpers (``_``-prefixed functions of ``kernels``) are registered with ``register_jitable``:
   they stay plain functions for the uncompiled run, and compiled kernels that call them
-  compile them inline — no second copy of any helper exists.
+  compile them inline — no second copy of any helper exists. The hash probe's helpers
+  (``_INLINED``) are inlined by Numba itself before LLVM sees them (a lookup hit measured
+  ~230 ns as separate functions, ~140 ns inlined).
+* ``kernels._raw`` is overloaded here with :func:`_borrowed_view` (arrays that Numba does
+  not reference-count; the reason is in ``_raw``'s docstring).
+* The one-op kernels ``h_*`` take one ``kernels.PoolArrays``, made a jitclass here; they
+  are compiled without the on-disk cache (:data:`HANDLE_KERNELS` says why).
+* This module's own compile choices (``_INLINED``, the two overloads) are not seen by the
+  on-disk cache, which watches ``kernels.py`` only: change one, and clear the cache
+  (``__pycache__`` next to ``kernels.py``) or touch ``kernels.py``.
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numba
 from numba import types as nt
-from numba.extending import register_jitable
+from numba.core.errors import NumbaIRAssumptionWarning
+from numba.extending import intrinsic, overload, register_jitable
 
 from kvpool.fast import kernels
 
+_INLINED = frozenset(("_hash_key", "_key_equals", "_find_key"))
+_CALLED_BY_HANDLE_KERNELS = ("lookup_one", "touch_one", "free_one", "get_new_blocks_unkeyed",
+                             "get_new_blocks_quiet")
+
+
+@intrinsic
+def _borrowed_view(typingctx, arr):
+    """The array with the same data, shape and strides but no owner (meminfo and parent
+    null): Numba's reference counting skips it (see :func:`kvpool.fast.kernels._raw`)."""
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, args[0])
+        dst = context.make_array(sig.return_type)(context, builder)
+        context.populate_array(dst, data=src.data, shape=src.shape, strides=src.strides,
+                               itemsize=src.itemsize, meminfo=None, parent=None)
+        return dst._getvalue()
+
+    return arr(arr), codegen
+
+
+@overload(kernels._raw)
+def _raw_compiled(a):
+    if isinstance(a, nt.Array):
+        return lambda a: _borrowed_view(a)
+    return lambda a: a
+
+
 for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
-    if _name.startswith("_") and _fn.__module__ == kernels.__name__:
-        register_jitable(_fn)
+    if _name == "_raw":
+        continue  # overloaded above
+    if _fn.__module__ == kernels.__name__ and (
+            _name.startswith("_") or _name in _CALLED_BY_HANDLE_KERNELS):
+        if _name in _INLINED:
+            register_jitable(inline="always")(_fn)
+        else:
+            register_jitable(_fn)
 
 _blk = nt.Array(nt.int32, 2, "C")  # blk, ent rows
 _i64_2d = nt.Array(nt.int64, 2, "C")  # blk64, keys, events, lookup output
@@ -105,6 +149,41 @@ SIGNATURES: dict[str, tuple] = {
 """Every public kernel with its one signature ``(return type, argument types)``."""
 
 
+POOL_ARRAYS_FIELDS = (("blk", _blk), ("blk64", _i64_2d), ("ent", _ENT), ("keys", _i64_2d),
+                      ("key_bytes", _u8_2d), ("table", _table), ("meta", _i64), ("out", _i64),
+                      ("caching", _bool), ("events_on", _bool))
+"""The jitclass layout of :class:`kvpool.fast.kernels.PoolArrays`."""
+
+_POOL_ARRAYS_CLASS: list[Any] = []
+
+
+def pool_arrays_class(jit: bool) -> Any:
+    """:class:`kvpool.fast.kernels.PoolArrays`, as a jitclass when ``jit`` (built once)."""
+    if not jit:
+        return kernels.PoolArrays
+    if not _POOL_ARRAYS_CLASS:
+        from numba.experimental import jitclass
+
+        _POOL_ARRAYS_CLASS.append(jitclass(list(POOL_ARRAYS_FIELDS))(kernels.PoolArrays))
+    return _POOL_ARRAYS_CLASS[0]
+
+
+def _handle_signatures() -> dict[str, tuple]:
+    arrays = pool_arrays_class(True).class_type.instance_type
+    return {
+        "h_lookup_one": (_int, (arrays, _bytes, _int)),
+        "h_touch_one": (_int, (arrays, _int)),
+        "h_free_one": (_int, (arrays, _int)),
+        "h_pop": (_int, (arrays, _int)),
+    }
+
+
+HANDLE_KERNELS = ("h_lookup_one", "h_touch_one", "h_free_one", "h_pop")
+"""The one-op kernels over one :class:`~kvpool.fast.kernels.PoolArrays` argument. Compiled
+without the on-disk cache: Numba cannot cache code typed on a jitclass (the type's name
+changes per process), so each process compiles these few small kernels on first use."""
+
+
 class KernelSet:
     """The kernels by attribute name: compiled entry points, or the plain functions."""
 
@@ -113,7 +192,7 @@ class KernelSet:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         # Only called for names not yet cached on the instance: resolve once, then keep.
-        if name not in SIGNATURES:
+        if name not in SIGNATURES and name not in HANDLE_KERNELS:
             raise AttributeError(name)
         fn = _compiled(name) if self.jit else getattr(kernels, name)
         setattr(self, name, fn)
@@ -127,12 +206,16 @@ def _compiled(name: str) -> Callable[..., Any]:
     entry = _ENTRY_POINTS.get(name)
     if entry is None:
         fn = getattr(kernels, name)
-        dispatcher = numba.njit(cache=True)(fn)
+        dispatcher = numba.njit(cache=name not in HANDLE_KERNELS)(fn)
         if not hasattr(dispatcher, "compile"):  # NUMBA_DISABLE_JIT=1: njit returned fn itself
             entry = fn
         else:
-            ret, args = SIGNATURES[name]
-            entry = dispatcher.compile(ret(*args))
+            ret, args = SIGNATURES[name] if name in SIGNATURES else _handle_signatures()[name]
+            with warnings.catch_warnings():
+                # Inlining a helper's loop (_INLINED) trips a check that Numba itself calls
+                # "internal pedantic"; the compiled code is right (the twin tests compare it).
+                warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
+                entry = dispatcher.compile(ret(*args))
             dispatcher.disable_compile()
         _ENTRY_POINTS[name] = entry
     return entry
@@ -155,6 +238,6 @@ def compile_all() -> float:
 
     start = time.perf_counter()
     ks = kernel_set(True)
-    for name in SIGNATURES:
+    for name in (*SIGNATURES, *HANDLE_KERNELS):
         getattr(ks, name)
     return time.perf_counter() - start

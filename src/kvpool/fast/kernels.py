@@ -7,6 +7,10 @@ input (every caller id is range-checked first). The same source runs uncompiled 
 configuration globals (settings are arguments) and only use what Numba and Python evaluate
 identically — ints from arrays go through ``int()`` before any arithmetic that could widen.
 
+Every kernel first rebinds its array arguments with :func:`_raw` (compiled: views Numba does
+not reference-count; its docstring says why). The one-op hot paths (``h_*``, at the end) take
+all arrays in one :class:`PoolArrays` object instead of one argument each.
+
 Everything compiled lives in this one file on purpose: Numba's on-disk cache (``cache=True``)
 only watches the source file of the function it compiled, so a helper or a constant kept in
 another module could change without invalidating the cached machine code that inlined it.
@@ -130,6 +134,7 @@ def init_state(blk, meta):
     blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE]; N >= 1. ``blk64`` starts all zero
     (allocated zeroed; not written here, so a large pool does not pay for touching it).
     """
+    blk, meta = _raw(blk), _raw(meta)
     n = blk.shape[0] - 2
     head = n
     tail = n + 1
@@ -157,6 +162,20 @@ def init_state(blk, meta):
     meta[M_ENT_FREE] = -1
     meta[M_KEY_FREE] = -1
     return OK
+
+
+def _raw(a):
+    """``a`` itself (plain run); compiled, a view of it that Numba does not reference-count.
+
+    Numba counts references to every array a helper receives, and where its pruning pass
+    cannot pair the counts up (a helper with three arrays and a branch suffices) each helper
+    call costs two atomic operations per array: 30-40 ns a call, measured, more than the
+    work of a queue or table step. Every kernel therefore first rebinds its array arguments
+    to such views (:mod:`kvpool.fast.compiled` supplies the compiled version). They are
+    safe for the call: the caller's arguments keep the arrays alive until it returns, and
+    no kernel returns or stores an array.
+    """
+    return a
 
 
 # ===============================================================================================
@@ -479,6 +498,7 @@ def release_removed_keys(keys, meta, events):
 
     keys int64 [K, KEY_COLS], meta int64 [META_SIZE], events int64 [R, EV_COLS].
     """
+    keys, meta, events = _raw(keys), _raw(meta), _raw(events)
     for r in range(meta[M_EV_LEN]):
         if events[r, EV_KIND] == EV_REMOVED:
             kid = events[r, EV_PAYLOAD]
@@ -493,6 +513,7 @@ def rehash(keys, table, meta):
 
     keys int64 [K, KEY_COLS], table int64 [T], meta int64 [META_SIZE].
     """
+    keys, table, meta = _raw(keys), _raw(table), _raw(meta)
     mask = table.shape[0] - 1
     if table.shape[0] < 2 * meta[M_KEY_USED] or (table.shape[0] & mask) != 0:
         return ERR_CAPACITY
@@ -530,6 +551,7 @@ def get_new_blocks_unkeyed(blk, meta, out, n):
     (a popped block would need eviction, or a watcher exists: nothing changed, call
     :func:`get_new_blocks`).
     """
+    blk, meta, out = _raw(blk), _raw(meta), _raw(out)
     refused = _lean_pop_refusal(meta, out, n)
     if refused:
         return refused
@@ -558,6 +580,8 @@ def get_new_blocks_quiet(blk, blk64, ent, keys, table, meta, out, caching, n):
     Returns the first id popped (0 when n == 0), or ``-code``: ERR_ARGUMENT, ERR_NO_FREE,
     NEED_FULL (a watcher exists: nothing changed, call :func:`get_new_blocks`).
     """
+    (blk, blk64, ent, keys, table, meta, out) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(table), _raw(meta), _raw(out))
     refused = _lean_pop_refusal(meta, out, n)
     if refused:
         return refused
@@ -577,6 +601,9 @@ def get_new_blocks(blk, blk64, ent, keys, table, meta, events, out, fired, n, ca
     (count in M_FIRED_LEN). One EV_REMOVED per evicted key when ``events_on``.
     Preconditions: 0 <= n (else ERR_ARGUMENT); n <= free (else ERR_NO_FREE).
     """
+    (blk, blk64, ent, keys, table, meta, events, out, fired) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(table), _raw(meta), _raw(events),
+        _raw(out), _raw(fired))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     if n < 0:
@@ -618,6 +645,7 @@ def touch(blk, meta, ids):
     blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE], ids int64 [m] (any values).
     Errors: ERR_BLOCK_ID, ERR_REF_OVERFLOW (M_ERR_INDEX = position).
     """
+    blk, meta, ids = _raw(blk), _raw(meta), _raw(ids)
     n = blk.shape[0] - 2
     bad = _first_bad_id(ids, n)
     if bad >= 0:
@@ -673,6 +701,7 @@ def _take_ref(blk, b):
 
 def touch_one(blk, meta, b):
     """:func:`touch` of the batch ``[b]``, without an array (the one-block hot path)."""
+    blk, meta = _raw(blk), _raw(meta)
     if b < 0 or b >= blk.shape[0] - 2:
         meta[M_ERR_INDEX] = 0
         return ERR_BLOCK_ID
@@ -711,6 +740,7 @@ def free_blocks(blk, meta, caching, dry_run, ids):
     (M_ERR_INDEX = position). ``dry_run``: only validate (multi-pool routing checks every
     pool before any pool changes).
     """
+    blk, meta, ids = _raw(blk), _raw(meta), _raw(ids)
     n = blk.shape[0] - 2
     bad = _first_bad_id(ids, n)
     if bad >= 0:
@@ -738,6 +768,7 @@ def free_blocks(blk, meta, caching, dry_run, ids):
 
 def free_one(blk, meta, caching, b):
     """:func:`free_blocks` of the batch ``[b]``, without an array (the one-block hot path)."""
+    blk, meta = _raw(blk), _raw(meta)
     if b < 0 or b >= blk.shape[0] - 2:
         meta[M_ERR_INDEX] = 0
         return ERR_BLOCK_ID
@@ -760,6 +791,7 @@ def unpin_blocks(blk, blk64, meta, ids):
     [N+2, BLK64_COLS], meta int64 [META_SIZE], ids int64 [m].
     Errors: ERR_BLOCK_ID, ERR_NULL_BLOCK, ERR_DOUBLE_FREE (M_ERR_INDEX = position).
     """
+    blk, blk64, meta, ids = _raw(blk), _raw(blk64), _raw(meta), _raw(ids)
     n = blk.shape[0] - 2
     bad = _first_bad_id(ids, n)
     if bad >= 0:
@@ -800,6 +832,9 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
     groups int64 [g] (each in [0, 2**32)), out int64 [g, >= q]. M_RESULT = hit positions.
     ``get_cached_block`` is the case q = 1 (hit iff M_RESULT == 1). Pure.
     """
+    (ent, keys, key_bytes, table, meta, buf, lens, groups, out) = (
+        _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta), _raw(buf), _raw(lens),
+        _raw(groups), _raw(out))
     meta[M_RESULT] = 0
     q = lens.shape[0]
     total = 0
@@ -833,6 +868,7 @@ def lookup_one(keys, key_bytes, table, block_hash, group):
     block_hash: the hash as ``bytes`` (read in place); group in [0, 2**32) (the shell
     checks). Pure.
     """
+    keys, key_bytes, table = _raw(keys), _raw(key_bytes), _raw(table)
     length = len(block_hash)
     kid = _find_key(keys, key_bytes, table, block_hash, 0, length, group,
                     _hash_key(block_hash, 0, length, group))
@@ -922,6 +958,9 @@ def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, can
     back to back, lens int64 [m], group in [0, 2**32). Errors in the spec's order:
     ERR_BLOCK_ID, then those of :func:`_check_candidates`.
     """
+    (blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf, lens) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
+        _raw(events), _raw(cand), _raw(mask), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     n = blk.shape[0] - 2
     m = cand.shape[0]
@@ -958,6 +997,9 @@ def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, ou
     must fire between them). out int64 [>= n] receives the new ids. Errors: ERR_ARGUMENT,
     ERR_NO_FREE, then those of :func:`cache_full_blocks` (M_ERR_INDEX = position in cand).
     """
+    (blk, blk64, ent, keys, key_bytes, table, meta, events, out, cand, mask, buf, lens) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
+        _raw(events), _raw(out), _raw(cand), _raw(mask), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     num_blocks = blk.shape[0] - 2
@@ -1031,6 +1073,9 @@ def admit_request(blk, blk64, ent, keys, key_bytes, table, meta, events, out, me
     that callbacks fire in place), ERR_ARGUMENT or ERR_CAPACITY. The candidates of the cache
     step are the blocks just allocated (ref 1, no key), so it cannot fail.
     """
+    (blk, blk64, ent, keys, key_bytes, table, meta, events, out, memo, buf, lens) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
+        _raw(events), _raw(out), _raw(memo), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     meta[M_RESULT] = 0
@@ -1204,6 +1249,9 @@ def run_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, f
     check failed first is for the caller to find). NEED_FULL: blocks to allocate while a
     watcher is pending. One EV_STORED per item (payload: the item's index).
     """
+    (blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, freed, buf, lens) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
+        _raw(events), _raw(out), _raw(plan), _raw(freed), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     num_blocks = blk.shape[0] - 2
@@ -1303,6 +1351,9 @@ def cache_partial_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b
     non-null id (checked by the shell), buf uint8 [L] the hash, units >= 1.
     Errors: ERR_FREE_BLOCK (ref_cnt 0).
     """
+    (blk, blk64, ent, keys, key_bytes, table, meta, events, buf) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
+        _raw(events), _raw(buf))
     meta[M_EV_LEN] = 0
     meta[M_RESULT] = 0
     n = blk.shape[0] - 2
@@ -1339,6 +1390,7 @@ def move_block_hashes(blk, blk64, ent, keys, meta, src, dst):
     distinct, non-null ids (checked by the shell). Errors: ERR_DST_KEYED, ERR_FREE_BLOCK
     (M_ERR_INDEX 0 = src, 1 = dst).
     """
+    blk, blk64, ent, keys, meta = _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(meta)
     n = blk.shape[0] - 2
     if src <= 0 or src >= n or dst <= 0 or dst >= n or src == dst:
         return ERR_ARGUMENT
@@ -1368,6 +1420,9 @@ def evict_blocks(blk, blk64, ent, keys, table, meta, events, ids, events_on):
 
     ids int64 [m]. Errors: ERR_BLOCK_ID (M_ERR_INDEX = position).
     """
+    (blk, blk64, ent, keys, table, meta, events, ids) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(table), _raw(meta), _raw(events),
+        _raw(ids))
     meta[M_EV_LEN] = 0
     n = blk.shape[0] - 2
     bad = _first_bad_id(ids, n)
@@ -1388,6 +1443,9 @@ def reset_prefix_cache(blk, blk64, ent, keys, table, meta, events, fired, events
     watched blocks in watcher-table (stamp) order, count in M_FIRED_LEN; one EV_CLEARED.
     Queue order is kept. O(N + entries).
     """
+    (blk, blk64, ent, keys, table, meta, events, fired) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(table), _raw(meta), _raw(events),
+        _raw(fired))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     meta[M_RESULT] = 0
@@ -1432,6 +1490,7 @@ def reset_prefix_cache(blk, blk64, ent, keys, table, meta, events, fired, events
 
 def block_is_writable(blk, b):
     """Not null, ref_cnt 1, no key. b must be a valid id (the shell checks)."""
+    blk = _raw(blk)
     if b <= 0 or b >= blk.shape[0] - 2:
         return False
     return bool(blk[b, REF] == 1 and blk[b, FIRST] == -1)
@@ -1439,6 +1498,7 @@ def block_is_writable(blk, b):
 
 def queue_order(blk, out):
     """Write the queued blocks front to back into out int64 [>= free count]; returns count."""
+    blk, out = _raw(blk), _raw(out)
     head = blk.shape[0] - 2
     tail = head + 1
     b = blk[head, NEXT]
@@ -1448,3 +1508,61 @@ def queue_order(blk, out):
         i += 1
         b = blk[b, NEXT]
     return i
+
+
+# ===============================================================================================
+# One-argument state: the one-op hot paths (h_*)
+# ===============================================================================================
+
+
+class PoolArrays:
+    """Every array of one pool, and its two settings, in one object.
+
+    Numba converts each array argument of a call separately (about 80 ns each), so a one-op
+    kernel over five arrays spends more on its arguments than on its work. The one-op paths
+    therefore take this object instead: :mod:`kvpool.fast.compiled` makes it a jitclass, whose
+    conversion reads one pointer. The state replaces a field whenever it replaces that array.
+    """
+
+    def __init__(self, blk, blk64, ent, keys, key_bytes, table, meta, out, caching, events_on):
+        self.blk = blk
+        self.blk64 = blk64
+        self.ent = ent
+        self.keys = keys
+        self.key_bytes = key_bytes
+        self.table = table
+        self.meta = meta
+        self.out = out
+        self.caching = caching
+        self.events_on = events_on
+
+
+LOOKUP_BAD_GROUP = -2  # h_lookup_one: the group id is outside [0, 2**32): ask the shell
+
+
+def h_lookup_one(s, block_hash, group):
+    """:func:`lookup_one` over ``s``; ``LOOKUP_BAD_GROUP`` for a group outside [0, 2**32)."""
+    if group < 0 or group > 0xFFFFFFFF:
+        return LOOKUP_BAD_GROUP
+    return lookup_one(s.keys, s.key_bytes, s.table, block_hash, group)
+
+
+def h_touch_one(s, b):
+    """:func:`touch_one` over ``s``."""
+    return touch_one(s.blk, s.meta, b)
+
+
+def h_free_one(s, b):
+    """:func:`free_one` over ``s``."""
+    return free_one(s.blk, s.meta, s.caching, b)
+
+
+def h_pop(s, n):
+    """The lean allocation over ``s``: :func:`get_new_blocks_unkeyed`, and when a popped
+    block needs eviction on a pool without events or watchers, :func:`get_new_blocks_quiet`.
+    Returns what they return (the first id, or ``-code``; ``-NEED_FULL``: use the full path)."""
+    r = get_new_blocks_unkeyed(s.blk, s.meta, s.out, n)
+    if r == -NEED_FULL and not s.events_on and s.meta[M_NUM_WATCHERS] == 0:
+        r = get_new_blocks_quiet(s.blk, s.blk64, s.ent, s.keys, s.table, s.meta, s.out,
+                                 s.caching, n)
+    return r

@@ -97,11 +97,30 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         self._dims = _Dims(config.num_gpu_blocks, config.hash_block_size)
         self._out = st.out
         self._meta = st.meta
-        self._pop_unkeyed = st.pop_unkeyed
-        self._free_one = st.free_one
         self._free_ids = st.free
         self._cand1 = np.zeros(1, np.int64)
         self._lookup_scratch: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    _ONE_OP_VERBS = ("_pop", "_free_one", "_touch_one", "_lookup_one")
+    """The state's one-op verbs, kept here on first use (FastState.ONE_OP_VERBS)."""
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for attributes not set yet: a one-op verb, bound on first use.
+        if name in FastBlockPool._ONE_OP_VERBS and "_st" in self.__dict__:
+            verb = getattr(self._st, name[1:])
+            setattr(self, name, verb)
+            return verb
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The one-op verbs are bound to the state's jitclass, which a copy rebuilds.
+        state = self.__dict__.copy()
+        for name in self._ONE_OP_VERBS:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     # -- argument conversion ------------------------------------------------------------------
 
@@ -182,7 +201,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             self._refuse_reentry("get_new_blocks")
         if type(num_blocks) is int and self.metrics_collector is None:
             try:
-                first = self._pop_unkeyed(num_blocks)
+                # Unkeyed blocks, or evictions on a pool without events or watchers.
+                first = self._pop(num_blocks)
             except OverflowError:  # beyond int64: the generic path reports it
                 return super().get_new_blocks(num_blocks)
             if first > 0 and num_blocks == 1:
@@ -191,12 +211,6 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 return self._out[:num_blocks].tolist()
             if first == -k.ERR_NO_FREE:
                 raise NoFreeBlocks(f"Cannot get {num_blocks} free blocks from the pool")
-            if first == -k.NEED_FULL and not self.enable_kv_cache_events:
-                first = self._st.pop_quiet(num_blocks)  # evictions, no events to record
-                if first > 0 and num_blocks == 1:
-                    return [first]
-                if first >= 0:
-                    return self._out[:num_blocks].tolist()
             if first == -k.NEED_FULL and not self._st.num_watchers():
                 # Evictions but no watcher: the full kernel, no callbacks to run.
                 code, _ = self._st.get_new_blocks(num_blocks)
@@ -260,12 +274,12 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             b = blocks[0]
             if type(b) is int:
                 try:
-                    code = self._st.touch_one(b)
+                    code = self._touch_one(b)
                 except OverflowError:  # beyond int64
                     code = k.ERR_BLOCK_ID
-                if code == k.ERR_BLOCK_ID:
-                    raise self._bad_id(b)
                 if code:
+                    if code == k.ERR_BLOCK_ID:
+                        raise self._bad_id(b)
                     raise self._id_error(code, blocks, np.array(blocks, np.int64))
                 return None
         ids = self._fast_ids(blocks) if self.metrics_collector is None else None
@@ -343,9 +357,15 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         if type(block_hash) is bytes and type(kv_cache_group_ids) in _LIST_OR_TUPLE \
                 and len(kv_cache_group_ids) == 1:
             g = kv_cache_group_ids[0]
-            if type(g) is int and 0 <= g <= MAX_GROUP_ID:
-                b = self._st.lookup_one(block_hash, g)
-                return None if b < 0 else [b]
+            if type(g) is int:
+                try:  # the kernel checks the group's range (LOOKUP_BAD_GROUP: the shell says)
+                    b = self._lookup_one(block_hash, g)
+                except OverflowError:  # beyond int64
+                    b = k.LOOKUP_BAD_GROUP
+                if b >= 0:
+                    return [b]
+                if b == -1:
+                    return None
         return super().get_cached_block(block_hash, kv_cache_group_ids)
 
     def get_num_free_blocks(self) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 
 from kvpool.errors import InvalidConfig
 from kvpool.fast import kernels as k
-from kvpool.fast.compiled import kernel_set
+from kvpool.fast.compiled import kernel_set, pool_arrays_class
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
@@ -70,21 +70,65 @@ class FastState:
         # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
         # call from the shell straight into the compiled entry point.
         ks = self.kernels
+        self.arrays: Any = None  # the PoolArrays of the one-op verbs, built on first use
         self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
         self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
         self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
         self.check_free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, True)
-        self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
         self.touch = partial(ks.touch, self.blk, self.meta)
-        self.touch_one = partial(ks.touch_one, self.blk, self.meta)
         self._bind_index_verbs()
 
-    def _bind_index_verbs(self) -> None:
-        """The one-op verbs that read the hash index, bound to its current arrays (again
-        after any of them grows): ``lookup_one(hash_bytes, group)`` and
-        ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
+    ONE_OP_VERBS = ("lookup_one", "touch_one", "free_one", "pop")
+    """``lookup_one(hash, group)``, ``touch_one(b)``, ``free_one(b)``, ``pop(n)``: the h_*
+    kernels over :attr:`arrays`, bound on first use (their compilation, a few seconds, is
+    not cached on disk: a process that never calls them never pays for it)."""
+    _REBUILT = ("arrays", "_in_arrays", *ONE_OP_VERBS)
+    """Attributes a copy rebuilds instead of copying (a jitclass cannot be copied)."""
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for attributes not set yet: the one-op verbs, bound here on first use.
+        if name in FastState.ONE_OP_VERBS and "blk" in self.__dict__:
+            self._bind_arrays()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def _bind_arrays(self) -> None:
+        """One object holding every array, and the one-op verbs over it: the h_* kernels take
+        it as their only array argument (kernels.PoolArrays says why); _bind_index_verbs
+        keeps it current."""
         ks = self.kernels
-        self.lookup_one = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
+        self.arrays = pool_arrays_class(ks.jit)(
+            self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table, self.meta,
+            self.out, self.enable_caching, self.enable_events)
+        self._in_arrays = [self.ent, self.keys, self.key_bytes, self.table]
+        self.lookup_one = partial(ks.h_lookup_one, self.arrays)
+        self.touch_one = partial(ks.h_touch_one, self.arrays)
+        self.free_one = partial(ks.h_free_one, self.arrays)
+        self.pop = partial(ks.h_pop, self.arrays)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # copy.deepcopy (the exhaustive checker copies pools) and pickle: everything but the
+        # jitclass and what is bound to it, rebuilt over the copied arrays by __setstate__.
+        state = self.__dict__.copy()
+        for name in self._REBUILT:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.arrays = None  # rebuilt over the copied arrays on first use
+
+    def _bind_index_verbs(self) -> None:
+        """Point :attr:`arrays` at the hash index's current arrays (again after any of them
+        grows; a jitclass field store costs microseconds, so only a replaced one is stored),
+        and bind ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
+        ks, arrays = self.kernels, self.arrays
+        # (Reading a jitclass field back boxes a new ndarray: identity is tracked here.)
+        for i, name in enumerate(("ent", "keys", "key_bytes", "table")):
+            current = getattr(self, name)
+            if arrays is not None and self._in_arrays[i] is not current:
+                setattr(arrays, name, current)
+                self._in_arrays[i] = current
         self.pop_quiet = partial(ks.get_new_blocks_quiet, self.blk, self.blk64, self.ent,
                                  self.keys, self.table, self.meta, self.out,
                                  self.enable_caching)

@@ -55,6 +55,7 @@ def get_request_block_hasher(
         raise InvalidConfig(f"hasher must be a BlockHasher, got {type(hasher).__name__}")
     hbs = hash_block_size
     lookahead = num_hash_lookahead_tokens
+    from kvpool.request import Request  # here: kvpool.request imports this package
 
     def request_block_hasher(request: Request) -> list[bytes]:
         start = len(request.block_hashes) * hbs
@@ -62,14 +63,32 @@ def get_request_block_hasher(
         if start + hbs > hashable_end:
             return []
         stop = start + (hashable_end - start) // hbs * hbs
-        token_ids = request.all_token_ids
         parent = request.block_hashes[-1] if request.block_hashes else None
+        if (lookahead == 0 and type(request) is Request and type(request.prompt_token_ids)
+                is list and type(request.output_token_ids) is list
+                and not need_extra_keys(request)):
+            # The new tokens only: ``all_token_ids`` copies the whole sequence (a decode
+            # step fills one block of a sequence thousands of tokens long).
+            return hasher.hash_blocks(parent, _token_slice(request, start, stop), hbs)
+        token_ids = request.all_token_ids
         if lookahead == 0 and not need_extra_keys(request):
             return hasher.hash_blocks(parent, token_ids[start:stop], hbs)
         extra_keys = _new_blocks_extra_keys(request, token_ids, start, stop, hbs, lookahead)
         return hasher.hash_blocks(parent, token_ids[start:stop], hbs, extra_keys)
 
     return request_block_hasher
+
+
+def _token_slice(request: Request, start: int, stop: int) -> list[int]:
+    """``request.all_token_ids[start:stop]`` of a :class:`~kvpool.request.Request` (prompt
+    then output tokens) without building the whole list."""
+    prompt, output = request.prompt_token_ids, request.output_token_ids
+    n = len(prompt)
+    if stop <= n:
+        return prompt[start:stop]
+    if start >= n:
+        return output[start - n : stop - n]
+    return prompt[start:] + output[: stop - n]
 
 
 def _new_blocks_extra_keys(
