@@ -257,10 +257,21 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {(m, int(i)) for m, _, i in (o.partition(":") for o in args.only)}
         pool = [m for m in pool if (m.module, m.index) in wanted]
     if args.sample is not None and args.sample < len(pool):
-        rng = random.Random(args.seed)
-        pool = sorted(rng.sample(pool, args.sample), key=lambda m: (m.module, m.index))
+        # In the sample's random order: a run stopped early (its progress lines on stderr)
+        # is still a uniform sample, not the first modules only.
+        pool = random.Random(args.seed).sample(pool, args.sample)
+    done = [0]
+
+    def run_and_report(mutant: Mutant) -> Result:
+        result = run_mutant(mutant)
+        done[0] += 1
+        m = result.mutant
+        print(f"[{done[0]}/{len(pool)}] {result.killed_by or 'SURVIVED'}  spec/{m.module}:"
+              f"{m.line} (#{m.index})  {m.change}", file=sys.stderr, flush=True)
+        return result
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-        results = list(ex.map(run_mutant, pool))
+        results = list(ex.map(run_and_report, pool))
     killed = [r for r in results if r.killed_by]
     survivors = [r for r in results if not r.killed_by]
     if args.json:
