@@ -138,6 +138,47 @@ def test_every_postcondition_rejects_a_wrong_result_event_watcher_or_side_effect
         assert not post(state, *args, wrong), f"{name}_post accepts {what}"
 
 
+def _other_branches():
+    """Calls that take a postcondition's *other* branch: a no-op (equal counts, the null
+    block, nothing to emit) or an accepted reset, from states with keys and events on."""
+    state, calls = _sample_calls()
+    hashes = calls["cache_full_blocks"][0]
+    idle = ops.free_blocks(state, (1, 2, 3)).state  # nothing held: a reset is accepted
+    return [
+        ("cache_full_blocks", state, (hashes, (1, 3), 2, 2, 2, 0, None)),
+        ("cache_partial_block", state, (hashes, 0, 2, 0, 2, False)),
+        ("emit_cached_block_events", state, (hashes, 0, 2, 0)),
+        ("get_new_blocks", state, (0,)),
+        ("reset_prefix_cache", idle, ()),
+    ]
+
+
+@pytest.mark.parametrize("name,state,args", _other_branches(), ids=lambda v: (
+    v if isinstance(v, str) else ""))
+def test_every_postcondition_branch_rejects_a_wrong_outcome(name, state, args):
+    """Seeded (seed-2 survivors): ``and`` → ``or`` in the no-op branch of
+    ``cache_full_blocks_post``, ``result.state == state`` dropped from the null-block branch
+    of ``cache_partial_block_post``, ``counter_advanced`` dropped from an accepted reset."""
+    _, post = contracts.CONTRACTS[name]
+    right = getattr(contracts, name)(state, *args)
+    for what, wrong in _wrong_outcomes(right):
+        assert not post(state, *args, wrong), f"{name}_post accepts {what}"
+
+
+def test_a_batch_that_takes_a_block_past_the_limit_twice_is_refused():
+    """Seeded: the per-block count of a ``touch`` batch made over the null block only
+    (``b == NULL_BLOCK_ID``): a block one short of the limit, touched twice in one call."""
+    from kvpool.errors import RefCountOverflow
+    from kvpool.spec.state import MAX_REF_CNT
+
+    state = make_state(3, ref={1: MAX_REF_CNT - 1})
+    assert contracts.touch(state, (1,)).state.ref_cnt[1] == MAX_REF_CNT
+    with pytest.raises(RefCountOverflow):
+        ops.touch(state, (1, 1))
+    with pytest.raises(RefCountOverflow):
+        ops.touch(state, (0, 1, 0, 1))
+
+
 def test_equal_counts_are_a_silent_no_op_whatever_else_is_wrong():
     """Seeded: ``num_cached > num_full`` instead of ``>=`` in the precondition (a survivor):
     with equal counts vLLM returns before reading blocks, size or hashes (§12 "not errors")."""
