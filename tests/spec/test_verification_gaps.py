@@ -153,8 +153,7 @@ def _other_branches():
     ]
 
 
-@pytest.mark.parametrize("name,state,args", _other_branches(), ids=lambda v: (
-    v if isinstance(v, str) else ""))
+@pytest.mark.parametrize("name,state,args", [pytest.param(*c, id=c[0]) for c in _other_branches()])
 def test_every_postcondition_branch_rejects_a_wrong_outcome(name, state, args):
     """Seeded (seed-2 survivors): ``and`` → ``or`` in the no-op branch of
     ``cache_full_blocks_post``, ``result.state == state`` dropped from the null-block branch
