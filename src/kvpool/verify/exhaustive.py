@@ -14,18 +14,27 @@ fresh pool over *every* operation with *every* argument in the scope — valid a
 
 States are spec ``PoolState`` values up to the event counter (which only numbers events;
 they are compared per call and then taken). A scope bounds ref counts (``max_ref``) so the
-state space is finite. The first failure stops the walk with the path of calls that led to
-it (a pasteable ``lockstep`` session).
+state space is finite, and may bound the keys per block (``max_keys``) and explore one state
+per class of states equal up to renaming block ids and requests (``symmetry``; see
+:func:`renamings`). The first failure stops the walk with the path of calls that led to it
+(a pasteable ``lockstep`` session).
+
+Where the time goes: every transition runs three backends, copies them when the call is
+accepted (pickling; the fast pool's compiled kernels are shared, not copied) and checks two
+runtime contracts. About 3,000 transitions per CPU second; the state count is what decides
+whether a scope finishes.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import itertools
 import logging
 import pickle
 import time
+import types
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,10 +44,11 @@ from kvpool.errors import KvPoolError
 from kvpool.harness.backends import resolve_backends
 from kvpool.harness.requests import make_request
 from kvpool.harness.values import normalize
+from kvpool.keys import pack_key
 from kvpool.spec import contracts
 from kvpool.spec import precondition_contracts as pc
 from kvpool.spec.invariants import violated_invariants
-from kvpool.spec.state import PoolState
+from kvpool.spec.state import PoolState, keys_of_block
 
 
 @dataclass(frozen=True)
@@ -58,13 +68,20 @@ class Scope:
     max_batch: int = 2
     max_depth: int | None = None
     """Explore states reachable within this many calls (``None``: all reachable states)."""
+    max_keys: int | None = None
+    """Bound on the keys one block carries (primary + secondaries); ``None``: unbounded."""
+    symmetry: bool = False
+    """Explore one state per class of states equal up to renaming the usable block ids and
+    swapping requests of the same shape (see :func:`canonical_key`)."""
 
     def describe(self) -> str:
         return (f"{self.name}: {self.num_blocks} blocks, hbs {self.hash_block_size}, "
                 f"bs {self.block_size}, {self.num_groups} groups, {len(self.prompts)} requests, "
                 f"events {'on' if self.enable_events else 'off'}, "
                 f"caching {'on' if self.enable_caching else 'off'}, ref ≤ {self.max_ref}"
-                + (f", depth ≤ {self.max_depth}" if self.max_depth is not None else ""))
+                + (f", keys ≤ {self.max_keys}" if self.max_keys is not None else "")
+                + (f", depth ≤ {self.max_depth}" if self.max_depth is not None else "")
+                + (", up to renaming" if self.symmetry else ""))
 
 
 SMALL_SCOPES: tuple[Scope, ...] = (
@@ -75,17 +92,22 @@ SMALL_SCOPES: tuple[Scope, ...] = (
 """Run in the default test suite (well under a minute on two shared cores)."""
 
 LARGE_SCOPES: tuple[Scope, ...] = (
-    Scope("two-groups", num_blocks=2, num_groups=2, prompts=((1, 2), (1, 3))),
     Scope("two-groups-events-off", num_blocks=2, num_groups=2, enable_events=False,
           prompts=((1, 2),)),
-    Scope("medium", num_blocks=3, prompts=((1, 2), (1, 3)), max_depth=4),
-    Scope("large", num_blocks=4, prompts=((1, 2), (1, 3))),
-    Scope("large-coarse", num_blocks=4, hash_block_size=1, block_size=2,
-          prompts=((1, 2, 3, 4), (1, 2, 5, 5))),
-    Scope("large-caching-off", num_blocks=4, enable_caching=False, prompts=((1, 2),)),
+    Scope("two-groups", num_blocks=2, num_groups=2, prompts=((1, 2), (1, 3)), max_keys=3,
+          symmetry=True),
+    Scope("three-blocks", num_blocks=3, num_groups=1, prompts=((1, 2),), symmetry=True),
+    Scope("coarse", num_blocks=2, num_groups=1, block_size=2, prompts=((1, 2, 3, 4),)),
+    Scope("four-blocks-caching-off", num_blocks=4, enable_caching=False, prompts=((1, 2),),
+          symmetry=True),
 )
-"""The slow tier: two requests sharing a prefix (three keys) in two groups, four blocks, a
-coarse block size (partial entries inside a block), caching off."""
+"""The slow tier, each run to completion: two groups, two requests sharing a prefix (three
+hashes, six keys) with at most three keys per block; three blocks with every reachable state
+(no depth bound); a coarse block size (bs = 2·hbs: partial entries inside a block); four
+blocks with caching off. Without the bound on keys per block, two blocks in two groups with
+two requests have 7,854 states (the order of up to six keys on one block); three blocks in
+two groups, or four blocks with caching on, have tens of thousands even up to renaming
+(docs/harness.md has the figures)."""
 
 SCOPES = {s.name: s for s in SMALL_SCOPES + LARGE_SCOPES}
 
@@ -149,22 +171,24 @@ def calls_in_scope(scope: Scope) -> list[Call]:
     out += [Call("get_cached_block", (h, g)) for h in hashes for g in lookups]
     # Tables: each usable block alone, two distinct blocks both ways, the null block first,
     # one block twice; spans: the usual ones, an empty one, a negative count, one too long.
-    tables = [(b,) for b in range(1, n)] + [(1, 2), (2, 1), (0, 1), (1, 1)]
+    tables = _tables(n)
     spans = [(0, 1), (0, 2), (1, 2), (1, 1), (3, 3), (-1, 1)]
     for r, table, (cached, full), g in itertools.product(requests, tables, spans, groups):
         out.append(Call("cache_full_blocks", (r, table, cached, full, bs, g)))
+    for r, b in itertools.product(requests, range(1, n)):
+        out.append(Call("cache_full_blocks", (r, (b,), 0, 1, bs, -1)))      # bad group
+        out.append(Call("cache_full_blocks", (r, (b,), 0, 1, bs + 1 if hbs > 1 else 0, 0)))
     for r in requests:
-        out.append(Call("cache_full_blocks", (r, (1,), 0, 1, bs, -1)))      # bad group
-        out.append(Call("cache_full_blocks", (r, (1,), 0, 1, bs + 1 if hbs > 1 else 0, 0)))
-        for table, mask in itertools.product(tables[-4:], ((True,), (False, True),
-                                                           (True, False), (True, True))):
+        masks = ((True,), (False, True), (True, False), (True, True))
+        for table, mask in itertools.product([t for t in tables if len(t) == 2], masks):
             out.append(Call("cache_full_blocks", (r, table, 0, 2, bs, 0, mask)))
     boundaries = sorted({0, hbs, 2 * hbs, 3 * hbs, hbs + 1 if hbs > 1 else -1})
     for r, b, t in itertools.product(requests, ids, boundaries):
         for g, replace in [*((g, False) for g in groups), (0, True)]:
             out.append(Call("cache_partial_block", (r, b, t, g, bs, replace)))
-    out += [Call("cache_partial_block", (r, 1, hbs, -1, bs)) for r in requests]
-    out += [Call("cache_partial_block", (r, 1, hbs, 0, 0)) for r in requests]
+    for r, b in itertools.product(requests, range(1, n)):
+        out += [Call("cache_partial_block", (r, b, hbs, -1, bs)),   # bad group
+                Call("cache_partial_block", (r, b, hbs, 0, 0))]     # bad block size
     out += [Call("move_block_hashes", (s, d)) for s in ids for d in ids]
     for r, k, g in itertools.product(requests, range(-1, 4), (0, -1)):
         out.append(Call("emit_cached_block_events", (r, k, bs, g)))
@@ -172,6 +196,16 @@ def calls_in_scope(scope: Scope) -> list[Call]:
     out += [Call("is_block_writable", (b,)) for b in ids]
     out += [Call("reset_prefix_cache", ()), Call("get_num_free_blocks", ()), Call("get_usage", ())]
     return out
+
+
+def _tables(n: int) -> list[tuple[int, ...]]:
+    """Block tables: each usable block alone, every two distinct ones in both orders (two
+    out-of-range ids when there is one usable block), the null block first, one block twice.
+    Closed under renaming the usable ids."""
+    usable = range(1, n)
+    pairs = [(a, b) for a in usable for b in usable if a != b] or [(1, 2), (2, 1)]
+    return ([(b,) for b in usable] + pairs + [(0, b) for b in usable]
+            + [(b, b) for b in usable])
 
 
 def _request(scope: Scope, prompt: Sequence[int]) -> Any:
@@ -187,6 +221,71 @@ def state_key(state: PoolState) -> tuple:
     )
 
 
+Renaming = tuple[tuple[int, ...], dict[bytes, bytes] | None]
+"""A symmetry of a scope: new id of each block id, and new key of each key (``None``: same)."""
+
+
+def renamings(scope: Scope, requests: Sequence[Any]) -> list[Renaming]:
+    """The symmetries :func:`canonical_key` divides out: every permutation of the usable ids
+    (the null block stays 0), times every permutation of the requests that maps their block
+    hashes consistently (equal-length requests sharing the same prefix structure).
+
+    Why they are symmetries: no operation reads an id's value except to tell the null block
+    and the range, and every argument family of :func:`calls_in_scope` is closed under both
+    renamings (ids range over all blocks, tables over all shapes, hashes over all requests).
+    So a call from a renamed state is the renamed call from the state, with the renamed
+    outcome, and exploring one state per class reaches a renamed copy of every reachable
+    state and of every transition. The spec is id-agnostic by construction; that the other
+    backends are too is what the small scopes (which explore without renaming) check.
+    """
+    if not scope.symmetry:
+        return [(tuple(range(scope.num_blocks)), None)]
+    blocks = [(0, *p) for p in itertools.permutations(range(1, scope.num_blocks))]
+    keymaps: list[dict[bytes, bytes] | None] = [None]
+    for perm in itertools.permutations(range(len(requests))):
+        if perm == tuple(range(len(requests))):
+            continue
+        mapping: dict[bytes, bytes] = {}
+        for i, j in enumerate(perm):
+            a, b = list(requests[i].block_hashes), list(requests[j].block_hashes)
+            if len(a) != len(b) or any(
+                    mapping.setdefault(x, y) != y for x, y in zip(a, b, strict=True)):
+                break
+        else:
+            if len(set(mapping.values())) == len(mapping):
+                keymaps.append({pack_key(x, g): pack_key(y, g) for x, y in mapping.items()
+                                for g in range(scope.num_groups)})
+    return [(m, k) for m in blocks for k in keymaps]
+
+
+def _renamed(state: PoolState, blocks: tuple[int, ...], keys: dict[bytes, bytes] | None) -> tuple:
+    """``state_key`` of the renamed state, with ``None`` written as ``b""``/``-1`` so that
+    keys of different states compare."""
+    old = [0] * len(blocks)
+    for b, new in enumerate(blocks):
+        old[new] = b
+
+    def k(key: bytes) -> bytes:
+        return key if keys is None else keys.get(key, key)
+
+    pk, pt = state.primary_key, state.primary_tokens
+    return (
+        tuple(state.ref_cnt[b] for b in old),
+        tuple(blocks[b] for b in state.free_queue),
+        tuple(b"" if pk[b] is None else k(pk[b]) for b in old),
+        tuple(-1 if pt[b] is None else pt[b] for b in old),
+        tuple(sorted((blocks[b], tuple(map(k, ks))) for b, ks in state.secondary_keys.items())),
+        tuple(sorted((k(key), tuple(blocks[b] for b in ids)) for key, ids in state.cache.items())),
+        tuple(blocks[b] for b in state.watchers),
+    )
+
+
+def canonical_key(state: PoolState, symmetries: Sequence[Renaming]) -> tuple:
+    """The least renamed ``state_key`` over the scope's symmetries: equal for states that
+    differ only by a renaming (and in dict order or the event counter)."""
+    return min(_renamed(state, blocks, keys) for blocks, keys in symmetries)
+
+
 @dataclass
 class ExhaustiveReport:
     """What one scope's walk found."""
@@ -200,6 +299,8 @@ class ExhaustiveReport:
     frontier: int = 0
     """States first reached at ``max_depth``: checked on arrival, their calls not explored."""
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    """Process CPU time: on a loaded machine the wall clock says more about the others."""
     failure: str | None = None
     path: list[str] = field(default_factory=list)
 
@@ -220,10 +321,8 @@ class _Node:
     pools: list[Any]
     recorders: list[Recorder]
     path: tuple[Call, ...]
-
-
-def _spec_state(pool: Any) -> PoolState:
-    return pool.abstract().state
+    abstracts: list[Any] = field(default_factory=list)
+    """Each pool's ``abstract()`` (no pending events): computed once, read by every call."""
 
 
 def explore(scope: Scope, backends: Sequence[str] = ("spec", "reference", "fast"),
@@ -231,17 +330,23 @@ def explore(scope: Scope, backends: Sequence[str] = ("spec", "reference", "fast"
             progress: Callable[[ExhaustiveReport], None] | None = None) -> ExhaustiveReport:
     """Walk every reachable state of ``scope`` (spec first: the oracle); see the module doc."""
     report = ExhaustiveReport(scope.describe())
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     requests = [_request(scope, p) for p in scope.prompts]
     calls = calls_in_scope(scope)
     options = dict(enable_caching=scope.enable_caching, hash_block_size=scope.hash_block_size,
                    enable_kv_cache_events=scope.enable_events)
     pools = [b.make(scope.num_blocks, **options) for b in resolve_backends(backends)]
-    root = _Node(pools, [Recorder() for _ in backends], ())
+    root = _Node(pools, [Recorder() for _ in backends], (), [p.abstract() for p in pools])
     logger = logging.getLogger("kvpool")
     level = logger.level
     logger.setLevel(logging.ERROR)  # refused resets by the hundred
-    seen = {state_key(_spec_state(pools[0]))}
+    symmetries = renamings(scope, requests)
+
+    def key_of(state: PoolState) -> tuple:
+        return canonical_key(state, symmetries) if scope.symmetry else state_key(state)
+
+    assert not violated_invariants(root.abstracts[0].state), "a fresh pool breaks invariants"
+    seen = {key_of(root.abstracts[0].state)}
     queue: deque[_Node] = deque([root])
     try:
         while queue:
@@ -252,8 +357,11 @@ def explore(scope: Scope, backends: Sequence[str] = ("spec", "reference", "fast"
                 child = _step(node, call, requests, scope, report)
                 if child is None:
                     continue
-                key = state_key(_spec_state(child.pools[0]))
-                if key in seen or max(_spec_state(child.pools[0]).ref_cnt) > scope.max_ref:
+                state = child.abstracts[0].state
+                if not _in_bounds(scope, state):
+                    continue
+                key = key_of(state)
+                if key in seen:
                     continue
                 seen.add(key)
                 deep = scope.max_depth is not None and len(child.path) >= scope.max_depth
@@ -268,7 +376,16 @@ def explore(scope: Scope, backends: Sequence[str] = ("spec", "reference", "fast"
     finally:
         logger.setLevel(level)
     report.seconds = time.perf_counter() - start
+    report.cpu_seconds = time.process_time() - cpu_start
     return report
+
+
+def _in_bounds(scope: Scope, state: PoolState) -> bool:
+    """Whether a state is inside the scope's bounds on ref counts and keys per block."""
+    if max(state.ref_cnt) > scope.max_ref:
+        return False
+    return scope.max_keys is None or all(
+        len(keys_of_block(state, b)) <= scope.max_keys for b in range(state.num_blocks))
 
 
 def _concrete(value: Any, requests: list, recorder: Recorder) -> Any:
@@ -302,7 +419,7 @@ def _step(node: _Node, call: Call, requests: list, scope: Scope,
           report: ExhaustiveReport) -> _Node | None:
     """Apply ``call`` from ``node`` on every backend; the child node if the state changed."""
     report.transitions += 1
-    state = _spec_state(node.pools[0])
+    state = node.abstracts[0].state
     spec_args = _spec_args(call, requests)
     rejection = _check_precondition_contract(node, call, state, spec_args)
     mutating = call.op not in QUERIES and rejection is None
@@ -312,7 +429,7 @@ def _step(node: _Node, call: Call, requests: list, scope: Scope,
         child: _Node | None = _Node(pools, recorders, (*node.path, call))
     else:
         pools, recorders, child = node.pools, node.recorders, None
-    before = [p.abstract() for p in pools] if not mutating else None
+    before = node.abstracts if not mutating else None
     fired_before = [len(r.log) for r in recorders]
     outcomes = []
     for pool, recorder in zip(pools, recorders, strict=True):
@@ -336,9 +453,12 @@ def _step(node: _Node, call: Call, requests: list, scope: Scope,
     for label, a in zip(_labels(pools), after, strict=True):
         if a != after[0]:
             raise _fail(node, call, f"{label}'s state differs from the spec's: {a} vs {after[0]}")
-    if before is not None and after[0] != before[0]:
-        raise _fail(node, call, "a rejected call or a query changed the pool")
-    broken = violated_invariants(after[0].state)
+    if before is not None and after != before:
+        changed = next(label for label, a, b in zip(_labels(pools), after, before, strict=True)
+                       if a != b)
+        raise _fail(node, call, f"a rejected call or a query changed the pool ({changed})")
+    # A rejected call or a query left the node's state, checked when the node was reached.
+    broken = violated_invariants(after[0].state) if mutating else ()
     if broken:
         raise _fail(node, call, f"invariants broken: {broken}")
     if rejection is None:
@@ -351,16 +471,37 @@ def _step(node: _Node, call: Call, requests: list, scope: Scope,
             pool.take_events()  # compared above; taking them keeps copies small
         if state_key(after[0].state) == state_key(state):
             return None
+        child.abstracts = [dataclasses.replace(a, pending_events=()) for a in after]
     return child
 
 
+class _SharingPickler(pickle.Pickler):
+    """Pickles compiled Numba closures (the fast pool's kernels) by reference: they cannot
+    be pickled, are immutable, and a copy may share them."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.BuiltinFunctionType and type(obj.__self__).__name__ == "_Closure":
+            _SHARED[id(obj)] = obj
+            return _shared, (id(obj),)
+        return NotImplemented
+
+
+_SHARED: dict[int, Any] = {}
+
+
+def _shared(key: int) -> Any:
+    return _SHARED[key]
+
+
 def _copy(value: Any) -> Any:
-    """A deep copy of a pool and its watcher; pickling is several times faster (the fast
-    pool holds compiled closures, which only ``deepcopy`` passes through)."""
+    """A deep copy of a pool and its watcher: pickling is several times faster than
+    ``deepcopy`` (which stays the fallback for anything else that cannot be pickled)."""
+    buffer = io.BytesIO()
     try:
-        return pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+        _SharingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(value)
     except (pickle.PicklingError, TypeError, AttributeError):
         return copy.deepcopy(value)
+    return pickle.loads(buffer.getvalue())
 
 
 def _labels(pools: list) -> Iterator[str]:
@@ -399,6 +540,8 @@ __all__ = [
     "ExhaustiveReport",
     "Scope",
     "calls_in_scope",
+    "canonical_key",
     "explore",
+    "renamings",
     "state_key",
 ]

@@ -19,8 +19,10 @@ here (minutes per mutant); ``kvpool contracts`` runs it on the real spec. Run::
     python -m kvpool.verify.mutate --sample 60 --seed 0 [--jobs 2] [--json]
 
 ``--sample`` takes an evenly spread, seeded subset; without it every mutant runs (hundreds,
-an hour or more). Survivors are printed with file, line and the change, for a human to judge
-(an equivalent mutant, or a real gap to fix with a stronger test).
+an hour or more). ``--only postconditions.py:12`` runs chosen mutants (the index is the one a
+report prints) and says which test killed each: the way to show that a new test kills a
+survivor. Survivors are printed with file, line and the change, for a human to judge (an
+equivalent mutant, or a real gap to fix with a stronger test).
 """
 
 from __future__ import annotations
@@ -162,6 +164,17 @@ KILLER_TESTS = (
 )
 
 
+class _FirstFailure:
+    """A pytest plugin that remembers the first failing test (what killed the mutant)."""
+
+    def __init__(self) -> None:
+        self.nodeid: str | None = None
+
+    def pytest_runtest_logreport(self, report) -> None:  # noqa: ANN001
+        if report.failed and self.nodeid is None:
+            self.nodeid = report.nodeid.rsplit("/", 1)[-1]
+
+
 def _run_killers(module: str, index: int) -> str | None:
     """In this (child) process: install the mutant, run the killers; the first that fails."""
     if module != "none":  # "none": the control run on the real spec, which must pass
@@ -173,10 +186,11 @@ def _run_killers(module: str, index: int) -> str | None:
             del sys.modules[name]
     import pytest
 
+    first = _FirstFailure()
     code = pytest.main(["-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly",
-                        *[str(ROOT / t) for t in KILLER_TESTS]], plugins=[])
+                        *[str(ROOT / t) for t in KILLER_TESTS]], plugins=[first])
     if code != 0:
-        return "unit tests"
+        return f"unit tests | {first.nodeid}" if first.nodeid else "unit tests"
     from kvpool.verify.exhaustive import SMALL_SCOPES, explore
 
     for scope in SMALL_SCOPES:
@@ -194,6 +208,8 @@ class Result:
     mutant: Mutant
     killed_by: str | None
     seconds: float
+    detail: str | None = None
+    """For ``unit tests``: the first test that failed."""
 
 
 def run_mutant(mutant: Mutant, timeout_s: float = 600) -> Result:
@@ -212,7 +228,8 @@ def run_mutant(mutant: Mutant, timeout_s: float = 600) -> Result:
             killed = None if killed == "none" else killed
     except subprocess.TimeoutExpired:
         killed = "timeout"
-    return Result(mutant, killed, time.monotonic() - start)
+    killed, _, detail = (killed or "").partition(" | ")
+    return Result(mutant, killed or None, time.monotonic() - start, detail or None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--module", action="append", default=None, choices=TARGETS)
+    parser.add_argument("--only", action="append", default=None, metavar="MODULE:INDEX",
+                        help="run these mutants only (repeatable), e.g. postconditions.py:12")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("MODULE", "INDEX"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -234,11 +253,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the killers fail on the unmutated spec ({control.killed_by}): fix that first")
         return 2
     pool = mutants(tuple(args.module or TARGETS))
+    if args.only:
+        wanted = {(m, int(i)) for m, _, i in (o.partition(":") for o in args.only)}
+        pool = [m for m in pool if (m.module, m.index) in wanted]
     if args.sample is not None and args.sample < len(pool):
-        rng = random.Random(args.seed)
-        pool = sorted(rng.sample(pool, args.sample), key=lambda m: (m.module, m.index))
+        # In the sample's random order: a run stopped early (its progress lines on stderr)
+        # is still a uniform sample, not the first modules only.
+        pool = random.Random(args.seed).sample(pool, args.sample)
+    done = [0]
+
+    def run_and_report(mutant: Mutant) -> Result:
+        result = run_mutant(mutant)
+        done[0] += 1
+        m = result.mutant
+        print(f"[{done[0]}/{len(pool)}] {result.killed_by or 'SURVIVED'}  spec/{m.module}:"
+              f"{m.line} (#{m.index})  {m.change}", file=sys.stderr, flush=True)
+        return result
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
-        results = list(ex.map(run_mutant, pool))
+        results = list(ex.map(run_and_report, pool))
     killed = [r for r in results if r.killed_by]
     survivors = [r for r in results if not r.killed_by]
     if args.json:
@@ -246,9 +279,11 @@ def main(argv: list[str] | None = None) -> int:
                           "score": len(killed) / max(1, len(results)),
                           "results": [asdict(r) for r in results]}, indent=2))
     else:
-        for r in survivors:
+        for r in results if args.only else survivors:
             m = r.mutant
-            print(f"SURVIVED  spec/{m.module}:{m.line}  {m.change}")
+            verdict = f"KILLED by {r.killed_by}" if r.killed_by else "SURVIVED"
+            print(f"{verdict}  spec/{m.module}:{m.line} (#{m.index})  {m.change}"
+                  + (f"  [{r.detail}]" if r.detail else ""))
         by: dict[str, int] = {}
         for r in killed:
             by[r.killed_by] = by.get(r.killed_by, 0) + 1  # type: ignore[index]
