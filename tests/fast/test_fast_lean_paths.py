@@ -19,8 +19,10 @@ def outcome(method, args):
         return (type(error).__name__, str(error))
 
 
+@pytest.mark.parametrize("mode", ["packed", "cached"])
 @pytest.mark.parametrize("jit", [True, False])
-def test_lean_single_op_paths_match_the_spec(jit):
+def test_lean_single_op_paths_match_the_spec(jit, mode, monkeypatch):
+    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", mode)  # both ways of binding the one-op verbs
     fast, spec = fast_pool(12, jit=jit), make_pool(12, backend="spec")
     request = request_with_hashes(10)
     for pool in (fast, spec):
@@ -103,3 +105,31 @@ def test_the_one_op_state_is_built_on_first_use_and_follows_every_growth(jit):
         pool.get_new_blocks(1)
     assert pool.get_cached_block(request.block_hashes[0], [0]) is None
     assert_sound(pool)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_cached_one_op_verbs_follow_every_growth(jit, monkeypatch):
+    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "cached")
+    pool = fast_pool(40, jit=jit)
+    request = request_with_hashes(30)
+    assert pool.get_cached_block(request.block_hashes[0], [0]) is None  # bound here
+    assert pool._st.arrays is None  # no PoolArrays in this mode
+    blocks = pool.get_new_blocks(30)
+    pool.cache_full_blocks(request, blocks, 0, 30, 16, 0)  # the index arrays grow
+    for h, b in zip(request.block_hashes, blocks, strict=True):
+        assert pool.get_cached_block(h, [0]) == [b]
+    pool.free_blocks(blocks[::-1])
+    popped = pool.get_new_blocks(10)  # 9 never-used blocks, then an evicting pop
+    assert popped[-1] == blocks[-1]
+    assert pool.get_cached_block(request.block_hashes[-1], [0]) is None
+    assert pool.get_cached_block(request.block_hashes[-2], [0]) == [blocks[-2]]
+    assert_sound(pool)
+
+
+def test_an_unknown_one_op_mode_is_refused(monkeypatch):
+    from kvpool.errors import InvalidConfig
+
+    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "turbo")
+    pool = fast_pool(4, jit=True)
+    with pytest.raises(InvalidConfig, match="KVPOOL_FAST_ONE_OP"):
+        pool.touch([1])

@@ -14,6 +14,7 @@ so that a kernel writing out of bounds is caught by :meth:`guards_intact`; a tin
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any
 
@@ -82,7 +83,7 @@ class FastState:
     """``lookup_one(hash, group)``, ``touch_one(b)``, ``free_one(b)``, ``pop(n)``: the h_*
     kernels over :attr:`arrays`, bound on first use (their compilation, a few seconds, is
     not cached on disk: a process that never calls them never pays for it)."""
-    _REBUILT = ("arrays", "_in_arrays", *ONE_OP_VERBS)
+    _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", *ONE_OP_VERBS)
     """Attributes a copy rebuilds instead of copying (a jitclass cannot be copied)."""
 
     def __getattr__(self, name: str) -> Any:
@@ -95,8 +96,12 @@ class FastState:
     def _bind_arrays(self) -> None:
         """One object holding every array, and the one-op verbs over it: the h_* kernels take
         it as their only array argument (kernels.PoolArrays says why); _bind_index_verbs
-        keeps it current."""
+        keeps it current. With ``KVPOOL_FAST_ONE_OP=cached`` (:func:`one_op_mode`), the same
+        verbs over the disk-cached entry points instead (:meth:`_bind_cached_verbs`)."""
         ks = self.kernels
+        if one_op_mode() == "cached":
+            self._bind_cached_verbs()
+            return
         self.arrays = pool_arrays_class(ks.jit)(
             self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table, self.meta,
             self.out, self.enable_caching, self.enable_events)
@@ -105,6 +110,31 @@ class FastState:
         self.touch_one = partial(ks.h_touch_one, self.arrays)
         self.free_one = partial(ks.h_free_one, self.arrays)
         self.pop = partial(ks.h_pop, self.arrays)
+
+    def _bind_cached_verbs(self) -> None:
+        """The one-op verbs over the multi-array entry points, which the on-disk cache keeps:
+        no per-process compile, about half a microsecond more per call (benchmarks/README.md)."""
+        ks = self.kernels
+        self._in_arrays = None  # no PoolArrays to keep current; lookup_one is rebound instead
+        self.touch_one = partial(ks.touch_one, self.blk, self.meta)
+        self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
+        self.pop = self._pop_cached
+        self._lookup_entry = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
+        self.lookup_one = self._lookup_cached
+
+    def _lookup_cached(self, block_hash: bytes, group: int) -> int:
+        # h_lookup_one's group check, which the packed kernel does in compiled code.
+        if group < 0 or group > 0xFFFFFFFF:
+            return k.LOOKUP_BAD_GROUP
+        return self._lookup_entry(block_hash, group)
+
+    def _pop_cached(self, n: int) -> int:
+        # h_pop, step for step: the unkeyed pop, then the quiet eviction where it may run.
+        r = self.pop_unkeyed(n)
+        if (r == -k.NEED_FULL and not self.enable_events
+                and self.meta[k.M_NUM_WATCHERS] == 0):
+            r = self.pop_quiet(n)
+        return r
 
     def __getstate__(self) -> dict[str, Any]:
         # copy.deepcopy (the exhaustive checker copies pools) and pickle: everything but the
@@ -123,6 +153,8 @@ class FastState:
         grows; a jitclass field store costs microseconds, so only a replaced one is stored),
         and bind ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
         ks, arrays = self.kernels, self.arrays
+        if "_lookup_entry" in self.__dict__:  # cached one-op verbs: rebind to the new arrays
+            self._lookup_entry = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
         # (Reading a jitclass field back boxes a new ndarray: identity is tracked here.)
         for i, name in enumerate(("ent", "keys", "key_bytes", "table")):
             current = getattr(self, name)
@@ -449,3 +481,18 @@ class FastState:
             watchers=self.watchers(),
             event_count=self.meta.item(k.M_EVENT_COUNT),
         )
+
+
+ONE_OP_MODES = ("packed", "cached")
+
+
+def one_op_mode() -> str:
+    """How a fast pool binds its one-op verbs, from ``KVPOOL_FAST_ONE_OP`` (read when a pool
+    first uses one): ``packed`` (default) — the h_* kernels over one PoolArrays argument,
+    fastest per call, compiled once per process (seconds: Numba cannot cache code typed on a
+    jitclass); ``cached`` — the multi-array entry points from the on-disk cache, for
+    short-lived processes (a CLI run, a test worker) where that compile would dominate."""
+    mode = os.environ.get("KVPOOL_FAST_ONE_OP", "packed")
+    if mode not in ONE_OP_MODES:
+        raise InvalidConfig(f"KVPOOL_FAST_ONE_OP must be one of {ONE_OP_MODES}, got {mode!r}")
+    return mode
