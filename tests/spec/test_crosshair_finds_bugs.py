@@ -92,8 +92,12 @@ def test_crosshair_finds_the_hard_planted_bug_with_a_long_budget(target):
 
 
 def test_the_real_contracts_have_no_counterexample_in_a_short_search():
-    report = run_contracts(None, per_condition_timeout=3, precondition_timeout=2, workers=2)
+    progress = []
+    report = run_contracts(None, per_condition_timeout=3, precondition_timeout=2, workers=2,
+                           on_progress=lambda done, total: progress.append((done, total)))
     assert report.contracts_checked == contract_names(), report.to_json()
+    total = len(contract_names())
+    assert progress == [(done, total) for done in range(1, total + 1)]  # the CLI's bar
     assert report.counterexamples == [] and report.exit_status == 0
     assert all(r.states_built and r.states_built > 10 for r in report.results), report.to_json()
 

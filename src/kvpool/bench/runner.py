@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvpool.backends import backend_class
@@ -41,8 +41,10 @@ def _run_hashing(config: BenchConfig) -> dict[str, dict[str, float]]:
     return {HASHING_BACKEND_KEY: {f"{name}_blocks_per_s": rate for name, rate in rates.items()}}
 
 
-def run_bench(config: BenchConfig, suites: Sequence[str] = SUITES) -> dict[str, Any]:
-    """Run ``suites`` (in :data:`SUITES` order) and return the assembled result.
+def run_bench(config: BenchConfig, suites: Sequence[str] = SUITES,
+              on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run ``suites`` (in :data:`SUITES` order) and return the assembled result;
+    ``on_progress(done, total)`` after each suite.
 
     Raises :class:`~kvpool.errors.BackendUnavailable` before measuring anything if a backend
     cannot be loaded, and :class:`~kvpool.errors.InvalidConfig` for unknown suites.
@@ -69,6 +71,8 @@ def run_bench(config: BenchConfig, suites: Sequence[str] = SUITES) -> dict[str, 
             figures = _run_hashing(config)
         results[suite] = figures
         all_ratios[suite] = ratios(figures)
+        if on_progress is not None:
+            on_progress(len(results), len(ordered))
     results["ratios"] = all_ratios
     results["targets"] = [t.evaluate(results, config.quick) for t in TARGETS if t.suite in ordered]
     results["meta"] = {

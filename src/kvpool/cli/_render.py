@@ -20,6 +20,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -96,5 +97,18 @@ def progress_bar(description: str, enabled: bool, unit: str = "steps"
         yield update
 
 
-__all__ = ["PIPE_WIDTH", "grid_table", "key_value_table", "print_renderable",
+@contextlib.contextmanager
+def phase_status(description: str, enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A context giving ``log(line)``: when ``enabled`` a transient spinner on stderr showing
+    the latest phase and the time elapsed, else each line printed to stderr as it comes."""
+    if not enabled:
+        yield lambda line: print(line, file=sys.stderr, flush=True)
+        return
+    columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda line: progress.update(task, description=f"{description}: {line}")
+
+
+__all__ = ["PIPE_WIDTH", "phase_status", "grid_table", "key_value_table", "print_renderable",
            "progress_bar", "progress_enabled", "stdout_console"]

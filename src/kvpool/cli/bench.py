@@ -74,8 +74,13 @@ def run_vs_vllm(args: argparse.Namespace) -> int:
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     config = VsVllmConfig(python=args.vs_vllm, kit=kit, backends=backends, rounds=args.rounds,
                           micro=not args.no_micro, construct=not args.no_construct)
+    from kvpool.cli._render import phase_status, progress_enabled
+
     try:
-        result = run_vs_vllm(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+        # On a terminal a live status line with the current phase; elsewhere one log line
+        # per phase on stderr (a CI log shows where a long comparison is).
+        with phase_status("kvpool bench --vs-vllm", progress_enabled(args.json)) as log:
+            result = run_vs_vllm(config, log=log)
     except VllmDivergence as exc:
         print(f"kvpool bench: {exc}", file=sys.stderr)
         return 1
@@ -100,8 +105,12 @@ def run(args: argparse.Namespace) -> int:
     config = BenchConfig(
         backends=backends, repeat=args.repeat, quick=args.quick, trace=args.trace, seed=args.seed
     )
+    from kvpool.cli._render import progress_bar, progress_enabled
+
     try:
-        results = run_bench(config, suites)
+        with progress_bar("kvpool bench", progress_enabled(args.json), unit="suites") as update:
+            update(0, len(suites))
+            results = run_bench(config, suites, on_progress=update)
     except ReplayDivergence as exc:
         print(f"kvpool bench: {exc}", file=sys.stderr)
         return 1

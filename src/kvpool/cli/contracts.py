@@ -60,8 +60,13 @@ def run(args: argparse.Namespace) -> int:
         problem = f"unknown contract(s): {', '.join(unknown)}" if unknown else "bad budget"
         print(f"kvpool contracts: {problem} (contracts: {', '.join(known)})")
         return 2
-    report = run_contracts(args.deadline, args.per_condition, targets, workers=args.workers,
-                           precondition_timeout=args.per_precondition)
+    from kvpool.cli._render import progress_bar, progress_enabled
+
+    with progress_bar("CrossHair", progress_enabled(args.json), unit="contracts") as update:
+        update(0, len(targets))
+        report = run_contracts(args.deadline, args.per_condition, targets,
+                               workers=args.workers, precondition_timeout=args.per_precondition,
+                               on_progress=update)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

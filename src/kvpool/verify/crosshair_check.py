@@ -32,8 +32,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -268,6 +269,7 @@ def run_contracts(
     workers: int = 2,
     precondition_timeout: float | None = None,
     pythonpath: Sequence[str | os.PathLike] = (),
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> ContractReport:
     """Search each contract for its CPU budget; report a verdict per contract.
 
@@ -276,7 +278,7 @@ def run_contracts(
     get ``per_condition_timeout`` CPU seconds, precondition contracts
     ``precondition_timeout`` (default: the same). ``timeout_s`` is an optional overall wall
     deadline: a contract not started before it is ``not-finished``. Contracts run
-    ``workers`` at a time.
+    ``workers`` at a time. ``on_progress(done, total)`` is called as each contract finishes.
     """
     names = list(targets) if targets is not None else contract_names()
     preconditions = set(precondition_contract_names())
@@ -284,12 +286,21 @@ def run_contracts(
     start = time.monotonic()
     deadline = None if timeout_s is None else start + timeout_s
 
+    finished = [0]
+    lock = threading.Lock()
+
     def run(target: str) -> ContractResult:
         budget = pre_budget if target in preconditions else per_condition_timeout
         if deadline is not None and time.monotonic() >= deadline:
-            return ContractResult(target, "not-finished", budget_s=budget,
-                                  detail=f"not started: the {timeout_s:g} s deadline passed")
-        return check_one(target, budget, pythonpath=pythonpath)
+            result = ContractResult(target, "not-finished", budget_s=budget,
+                                    detail=f"not started: the {timeout_s:g} s deadline passed")
+        else:
+            result = check_one(target, budget, pythonpath=pythonpath)
+        if on_progress is not None:
+            with lock:
+                finished[0] += 1
+                on_progress(finished[0], len(names))
+        return result
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         results = tuple(pool.map(run, names))
