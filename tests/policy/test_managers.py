@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpool.errors import CachingDisabled
+from kvpool.errors import CachingDisabled, HashStateError
 from kvpool.policy import (
     ChunkedLocalAttentionSpec,
     CrossAttentionSpec,
@@ -199,6 +199,25 @@ def test_mamba_align_relocates_speculative_blocks_to_the_end() -> None:
     assert table[:3] == [0, 0, first[2]] and table[3] == 0  # old spec slot emptied...
     assert table[4] == first[3] and len(table) == 6  # ...its block moved to the new state
     assert mamba.last_state_block_idx["a"] == 2  # freed once the next step is past it
+
+
+@pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
+def test_mamba_align_refuses_to_relocate_a_shared_speculative_block(backend) -> None:
+    """vLLM 0.33 asserts is_block_writable before moving a speculative block: a block that
+    another holder reads would be written under it. A typed error, and nothing changed."""
+    m = manager(FULL, MambaSpec(block_size=16, mamba_cache_mode="align",
+                                num_speculative_blocks=1), num_blocks=40, backend=backend)
+    mamba = m.coordinator.single_type_managers[1]
+    a = request("a", tokens(40))
+    assert m.allocate_slots(a, 40) is not None
+    speculative = mamba.req_to_blocks["a"][3]
+    m.block_pool.touch([speculative])  # a second holder: no longer writable in place
+    a.num_computed_tokens = 40
+    a.append_output_token_ids(list(range(32)))
+    tables, pool = m.get_block_ids("a"), m.block_pool.abstract()
+    with pytest.raises(HashStateError, match="relocated"):
+        m.allocate_slots(a, 32)
+    assert m.get_block_ids("a") == tables and m.block_pool.abstract() == pool
 
 
 def test_cross_attention_is_sized_by_encoder_tokens_and_never_cached() -> None:

@@ -200,6 +200,12 @@ class KVCacheCoordinator:
                 manager.allocate_external_computed_blocks(
                     request_id, num_local_computed_tokens, num_external_computed_tokens)
 
+    def check_new_blocks(self, request_id: str, num_tokens_main_model: int) -> None:
+        """Every group's refusal of the coming allocation, before any group (or the skipped
+        blocks' removal) changes anything: a refused step leaves every table as it was."""
+        for m in self.single_type_managers:
+            m.check_new_blocks(request_id, num_tokens_main_model)
+
     def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int,
                             num_encoder_tokens: int = 0) -> tuple[list[int], ...]:
         return tuple(

@@ -240,6 +240,7 @@ class KVCacheManager:
                 return None
         main = total + num_new_tokens
         need_slots = min(main + num_lookahead_tokens, self.max_model_len)
+        coordinator.check_new_blocks(rid, main)  # a refusal here changes nothing
         # Freed even if the allocation then fails: those tokens are out of attention anyway.
         coordinator.remove_skipped_blocks(rid, total, request.num_prompt_tokens)
         needed = coordinator.get_num_blocks_to_allocate(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvpool.errors import HashStateError
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.keys import pack_key
 from kvpool.policy.manager import SingleTypeKVCacheManager
@@ -251,6 +252,24 @@ class MambaManager(SingleTypeKVCacheManager):
         table.extend(fresh)
         self._allocated_block_reqs.add(request_id)
         return returned + fresh
+
+    def check_new_blocks(self, request_id: str, num_tokens_main_model: int) -> None:
+        """A speculative block moves to the table's end only while the request alone holds
+        it and it has no cache identity (the pool's ``is_block_writable``; vLLM 0.33 asserts
+        the same): a moved block that another holder reads, or that a hit could return,
+        would be written under it. Checked before any group allocates."""
+        spec = self.num_speculative_blocks
+        table = self.req_to_blocks.get(request_id, [])
+        if not self.align or not spec or request_id not in self._allocated_block_reqs:
+            return
+        required = cdiv(num_tokens_main_model, self.block_size) + spec
+        if required <= len(table) and request_id not in self._partial_hit_reqs:
+            return  # nothing is allocated, nothing moves
+        boundary = required - spec - 1
+        for b in table[len(table) - spec:min(len(table), boundary)]:
+            if b != self.null_block and not self.block_pool.is_block_writable(b):
+                raise HashStateError(f"speculative Mamba block {b} is shared or keyed: "
+                                     "it cannot be relocated (BEHAVIOUR.md §10.4)")
 
     def _copy_running_state(self, source: int, dst: int) -> None:
         """The running request's boundary state in ``source`` is about to be overwritten;

@@ -152,6 +152,11 @@ class SingleTypeKVCacheManager:
         table.extend(fresh)
         self._note_new_blocks(fresh)
 
+
+    def check_new_blocks(self, request_id: str, num_tokens_main_model: int) -> None:
+        """Raise if :meth:`allocate_new_blocks` for ``num_tokens_main_model`` could not be
+        carried out; nothing here changes state. Most managers can always carry it out."""
+
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
     ) -> list[int]:
