@@ -67,6 +67,7 @@ import numpy as np
 from kvpool.errors import InvalidConfig
 from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.request import Request
+from kvpool.workload.timing import TimedCalls
 from kvpool.workload.tokens import output_tokens
 from kvpool.workload.trace import TraceRequest, check_unique_ids
 from kvpool.workload.verbs import GROUP_IDS, admit_verb, step_verb
@@ -236,7 +237,7 @@ def replay(
     )
 
 
-class _Driver:
+class _Driver(TimedCalls):
     """The scheduler loop and its counters (one replay)."""
 
     def __init__(self, pool: Any, block_size: int, max_running: int, block_hasher: Any) -> None:
@@ -253,25 +254,11 @@ class _Driver:
         self.running: list[_Running] = []
         self.requests = self.prompt_tokens = self.hit_tokens = 0
         self.evictions = self.blocks_allocated = self.decode_tokens = 0
-        self.steps = self.pool_calls = 0
-        self.pool_s = self.pool_cpu_s = self.hash_s = self.hash_cpu_s = 0.0
+        self.steps = 0
+        self._reset_timing()  # every pool call goes through _call: pool_s is exactly the pool
+        self.hash_s = self.hash_cpu_s = 0.0
         self.peak_usage = 0.0
-        self.verb_calls: dict[str, int] = {}
-        self.verb_s: dict[str, float] = {}
         self.on_step: Callable[[], None] | None = None
-
-    # Every pool call goes through here, so pool_s covers exactly the pool.
-    def _call(self, verb: str, method: Callable[..., Any], *args: Any) -> Any:
-        cpu = time.thread_time()
-        began = time.perf_counter()
-        result = method(*args)
-        elapsed = time.perf_counter() - began
-        self.pool_cpu_s += time.thread_time() - cpu
-        self.pool_s += elapsed
-        self.pool_calls += 1
-        self.verb_calls[verb] = self.verb_calls.get(verb, 0) + 1
-        self.verb_s[verb] = self.verb_s.get(verb, 0.0) + elapsed
-        return result
 
     def _hash_new_blocks(self, request: Request) -> None:
         cpu = time.thread_time()

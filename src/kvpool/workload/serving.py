@@ -57,6 +57,7 @@ from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.policy import KVCacheManager, RequestStatus, SchedulerRequest
 from kvpool.workload.driver import HASH_SEED, SimulationReport
 from kvpool.workload.models import full_attention_groups
+from kvpool.workload.timing import TimedCalls
 from kvpool.workload.tokens import output_tokens
 from kvpool.workload.trace import TraceRequest, check_unique_ids
 
@@ -191,7 +192,7 @@ def serve(
     )
 
 
-class _Scheduler:
+class _Scheduler(TimedCalls):
     """The scheduler loop and its counters (one replay)."""
 
     def __init__(self, manager: KVCacheManager, block_size: int, max_running: int,
@@ -208,26 +209,12 @@ class _Scheduler:
         self.running: list[_Live] = []
         self.requests = self.prompt_tokens = self.hit_tokens = self.finished = 0
         self.evictions = self.blocks_allocated = self.decode_tokens = 0
-        self.preemptions = self.steps = self.pool_calls = 0
-        self.pool_s = self.pool_cpu_s = 0.0
-        self.verb_calls: dict[str, int] = {}
-        self.verb_s: dict[str, float] = {}
+        self.preemptions = self.steps = 0
+        self._reset_timing()
         self.series = StepSeries()
         self.skip_idle_decode = True
         self.only_full = len(self.full_groups) == len(manager.kv_cache_config.kv_cache_groups)
         self.refused_idle = False  # the head was refused by an idle pool last step
-
-    def _call(self, verb: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        cpu = time.thread_time()
-        began = time.perf_counter()
-        result = method(*args, **kwargs)
-        elapsed = time.perf_counter() - began
-        self.pool_cpu_s += time.thread_time() - cpu
-        self.pool_s += elapsed
-        self.pool_calls += 1
-        self.verb_calls[verb] = self.verb_calls.get(verb, 0) + 1
-        self.verb_s[verb] = self.verb_s.get(verb, 0.0) + elapsed
-        return result
 
     def _future_full_blocks(self, live: _Live) -> int:
         """Full-attention decode blocks the request may still take (the kit's formula)."""
