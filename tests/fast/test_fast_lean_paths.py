@@ -133,3 +133,16 @@ def test_an_unknown_one_op_mode_is_refused(monkeypatch):
     pool = fast_pool(4, jit=True)
     with pytest.raises(InvalidConfig, match="KVPOOL_FAST_ONE_OP"):
         pool.touch([1])
+
+
+def test_the_cli_leaves_the_one_op_mode_of_its_host_process_alone(monkeypatch, capsys):
+    import os
+
+    from kvpool.cli import main
+
+    monkeypatch.delenv("KVPOOL_FAST_ONE_OP", raising=False)
+    assert main(["simulate", "--backend", "fast", "--requests", "3", "--json"]) == 0
+    assert "KVPOOL_FAST_ONE_OP" not in os.environ  # chosen for the run, then restored
+    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "packed")
+    assert main(["simulate", "--backend", "fast", "--requests", "3", "--json"]) == 0
+    assert os.environ["KVPOOL_FAST_ONE_OP"] == "packed"  # a caller's choice is kept
