@@ -63,7 +63,8 @@ def grid_table(header: Sequence[str], rows: Sequence[Sequence[str]], title: str 
     table = Table(title=title, title_justify="left", header_style="bold")
     for i, name in enumerate(header):
         right = i >= right_from and i not in left
-        table.add_column(name, justify="right" if right else "left")
+        # fold, not ellipsis: a long figure name (alloc64_free64_arrays) stays readable
+        table.add_column(name, justify="right" if right else "left", overflow="fold")
     for row in rows:
         table.add_row(*row)
     return table
