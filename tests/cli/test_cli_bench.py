@@ -106,13 +106,13 @@ def _fake_results(met: bool | None) -> dict:
                          [(False, True, 1), (False, False, 0), (True, True, 0), (None, True, 0)])
 def test_check_exits_1_only_when_a_measured_target_is_missed(monkeypatch, capsys, met, check,
                                                             code):
-    monkeypatch.setattr(bench_cli, "run_bench", lambda config, suites: _fake_results(met))
+    monkeypatch.setattr(bench_cli, "run_bench", lambda config, suites, **_: _fake_results(met))
     args = ["bench", "--suite", "micro"] + (["--check"] if check else [])
     assert main(args) == code
 
 
 def test_diverging_replays_exit_1(monkeypatch, capsys):
-    def diverge(config, suites):
+    def diverge(config, suites, **_):
         raise ReplayDivergence("replay on fast differs from reference: {}")
 
     monkeypatch.setattr(bench_cli, "run_bench", diverge)
