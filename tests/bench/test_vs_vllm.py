@@ -98,7 +98,7 @@ def test_the_table_has_one_row_per_figure_and_clock_with_ratios_the_right_way_ro
     assert "4.00x" in text and "3.00x" in text
 
 
-def test_the_construct_rows_compare_fresh_process_figures_and_judge_the_byte_bound():
+def test_the_construct_rows_compare_fresh_process_figures_and_judge_the_byte_bound(capsys):
     config = VsVllmConfig(python="-", kit="-", backends=("fast",), rounds=1)
     samples = _Samples()
     vllm_row = {"1000000": {"n": 1_000_000, "seconds": 1.2, "rss_growth_mib": 100.0,
@@ -116,6 +116,12 @@ def test_the_construct_rows_compare_fresh_process_figures_and_judge_the_byte_bou
     text = format_table({"rows": list(by_name.values()),
                          "meta": {"backends": ["fast"], "rounds": 1, "python": "3", "vllm": {}}})
     assert "<= 48 MISSED" in text and ">= 200x met" in text
+    from kvpool.cli.bench import print_vs_vllm  # the CLI's rich table: the same verdicts
+
+    print_vs_vllm({"rows": list(by_name.values()),
+                   "meta": {"backends": ["fast"], "rounds": 1, "python": "3", "vllm": {}}})
+    shown = capsys.readouterr().out
+    assert "<= 48 MISSED" in shown and ">= 200x met" in shown
 
 
 VLLM_PYTHON = os.environ.get("KVPOOL_VLLM_PYTHON")

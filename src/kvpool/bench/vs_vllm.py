@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -356,31 +356,50 @@ def table_rows(samples: _Samples, config: VsVllmConfig) -> list[dict[str, Any]]:
     return rows
 
 
+def row_cells(row: dict[str, Any], backends: Sequence[str]) -> list[str]:
+    """One row as text, for every renderer (this module's plain table, the CLI's rich one):
+    figure, clock, vLLM, then value and ratio per backend, then the target's verdict
+    (empty when the figure has none)."""
+    cells = [row["figure"], row["clock"], _fmt(row["vllm"])]
+    for c in backends:
+        value, ratio = row["kvpool"].get(c), row["ratio"].get(c)
+        cells += [_fmt(value), f"{ratio:.2f}x" if ratio else "-"]
+    verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
+    if "target" in row:
+        cells.append(f">= {row['target']:g}x {verdict}")
+    elif "limit" in row:
+        cells.append(f"<= {row['limit']:g} {verdict}")
+    else:
+        cells.append("")
+    return cells
+
+
+def footer(result: dict[str, Any]) -> str:
+    """The line under the table: versions, rounds, how to read a ratio."""
+    meta = result["meta"]
+    return (f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
+            f"kvpool python {meta['python']}; medians of {meta['rounds']} interleaved "
+            "rounds; ratio = times better than vLLM; deterministic figures equal; "
+            f"clock {CONSTRUCT_CLOCK}: wall time in fresh processes")
+
+
 def format_table(result: dict[str, Any]) -> str:
     """The rows as one fixed-width table (CPU rows first)."""
-    rows = result["rows"]
     columns = result["meta"]["backends"]
     head = f"{'figure':<62} {'clock':<5} {'vLLM':>12}"
     for c in columns:
         head += f" {c:>12} {'ratio':>7}"
     head += "  target (fast, cpu)"
     lines = [head, "-" * len(head)]
-    for row in rows:
-        line = f"{row['figure']:<62} {row['clock']:<5} {_fmt(row['vllm']):>12}"
-        for c in columns:
-            value, ratio = row["kvpool"].get(c), row["ratio"].get(c)
-            line += f" {_fmt(value):>12} {(f'{ratio:.2f}x' if ratio else '-'):>7}"
-        verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
-        if "target" in row:
-            line += f"  >= {row['target']:g}x {verdict}"
-        elif "limit" in row:
-            line += f"  <= {row['limit']:g} {verdict}"
+    for row in result["rows"]:
+        cells = row_cells(row, columns)
+        line = f"{cells[0]:<62} {cells[1]:<5} {cells[2]:>12}"
+        for i in range(len(columns)):
+            line += f" {cells[3 + 2 * i]:>12} {cells[4 + 2 * i]:>7}"
+        if cells[-1]:
+            line += f"  {cells[-1]}"
         lines.append(line)
-    meta = result["meta"]
-    lines.append(f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
-                 f"kvpool python {meta['python']}; medians of {meta['rounds']} interleaved "
-                 "rounds; ratio = times better than vLLM; deterministic figures equal; "
-                 f"clock {CONSTRUCT_CLOCK}: wall time in fresh processes")
+    lines.append(footer(result))
     return "\n".join(lines)
 
 
@@ -392,4 +411,5 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4f}"
 
 
-__all__ = ["VllmDivergence", "VsVllmConfig", "default_kit", "format_table", "run_vs_vllm"]
+__all__ = ["VllmDivergence", "VsVllmConfig", "default_kit", "footer", "format_table", "row_cells",
+           "run_vs_vllm"]

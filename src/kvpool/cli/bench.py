@@ -180,31 +180,13 @@ _RATIO_TARGETS = _ratio_target_names()
 
 def print_vs_vllm(result: dict[str, Any]) -> None:
     """kvpool against the real vLLM: one row per figure and clock, CPU rows first."""
+    from kvpool.bench.vs_vllm import footer, row_cells
+
     columns = result["meta"]["backends"]
     header = ["figure", "clock", "vLLM"]
     for c in columns:
         header += [c, f"{c} ratio"]
     header.append("target (fast, cpu)")
-    rows = []
-    for row in result["rows"]:
-        cells = [row["figure"], row["clock"], _number(row["vllm"])]
-        for c in columns:
-            ratio = row["ratio"].get(c)
-            cells += [_number(row["kvpool"].get(c)), f"{ratio:.2f}x" if ratio else "-"]
-        if "target" in row:
-            verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
-            cells.append(f">= {row['target']:g}x {verdict}")
-        else:
-            cells.append("")
-        rows.append(cells)
-    meta = result["meta"]
+    rows = [row_cells(row, columns) for row in result["rows"]]
     print_renderable(grid_table(header, rows, title="kvpool against the real vLLM", left=(1,)))
-    print(f"vLLM {meta['vllm'].get('vllm')} (python {meta['vllm'].get('python')}), "
-          f"kvpool python {meta['python']}; medians of {meta['rounds']} interleaved rounds; "
-          "ratio = times better than vLLM; deterministic figures equal")
-
-
-def _number(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 1000 else f"{value:.4f}"
+    print(footer(result))
