@@ -129,17 +129,22 @@ def format_value(figure: str, value: float) -> str:
     return f"{value:.4g}"
 
 
-def format_results(results: dict[str, Any]) -> str:
-    """Plain-text tables, one per suite, then the targets."""
-    ratio_table = results.get("ratios", {})
+def headline(results: dict[str, Any]) -> str:
+    """The line above the tables: how many runs, and what a ratio compares."""
     meta = results.get("meta", {})
-    lines = [
-        f"kvpool bench: medians of {meta.get('repeat', '?')} runs"
-        + (" (quick sizes)" if meta.get("quick") else "")
-        + "; ratio = times better than kvpool's reference backend in the same run"
-        " (reference ratios, not vLLM's: for those, kvpool bench --vs-vllm PYTHON)"
-    ]
-    for suite in meta.get("suites", []):
+    return (f"kvpool bench: medians of {meta.get('repeat', '?')} runs"
+            + (" (quick sizes)" if meta.get("quick") else "")
+            + "; ratio = times better than kvpool's reference backend in the same run"
+            " (reference ratios, not vLLM's: for those, kvpool bench --vs-vllm PYTHON)")
+
+
+def suite_tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per suite ``(suite, header, rows)`` as text, for every renderer (the plain
+    :func:`format_results`, the CLI's rich tables): figures × backends, then each backend's
+    ratio to the reference."""
+    ratio_table = results.get("ratios", {})
+    tables = []
+    for suite in results.get("meta", {}).get("suites", []):
         figures: Figures = results.get(suite, {})
         if not figures:
             continue
@@ -147,7 +152,7 @@ def format_results(results: dict[str, Any]) -> str:
         ratio_backends = [b for b in backends if b in ratio_table.get(suite, {})]
         names = list(dict.fromkeys(n for b in backends for n in figures[b]))
         header = ["figure", *backends, *(f"{b}/ref" for b in ratio_backends)]
-        rows = [header]
+        rows = []
         for name in names:
             row = [name]
             row += [format_value(name, figures[b][name]) if name in figures[b] else "-"
@@ -157,6 +162,27 @@ def format_results(results: dict[str, Any]) -> str:
                 for b in ratio_backends
             ]
             rows.append(row)
+        tables.append((suite, header, rows))
+    return tables
+
+
+def target_rows(results: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+    """Per target ``(name, measured value as text or None, verdict)``."""
+    quick = results.get("meta", {}).get("quick")
+    rows = []
+    for t in results.get("targets", []):
+        if t["met"] is None:
+            rows.append((t["name"], None, "not measured" + (" (quick sizes)" if quick else "")))
+        else:
+            rows.append((t["name"], _target_value(t), "met" if t["met"] else "NOT met"))
+    return rows
+
+
+def format_results(results: dict[str, Any]) -> str:
+    """Plain-text tables, one per suite, then the targets."""
+    lines = [headline(results)]
+    for suite, header, rows in suite_tables(results):
+        rows = [header, *rows]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines.append("")
         lines.append(f"[{suite}]")
@@ -164,17 +190,12 @@ def format_results(results: dict[str, Any]) -> str:
             cells = [row[0].ljust(widths[0])]
             cells += [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
             lines.append("  ".join(cells))
-    targets = results.get("targets", [])
+    targets = target_rows(results)
     if targets:
         lines.append("")
         lines.append("[targets] (fast backend)")
-        for t in targets:
-            if t["met"] is None:
-                verdict = "not measured" + (" (quick sizes)" if meta.get("quick") else "")
-            else:
-                shown = _target_value(t)
-                verdict = ("met" if t["met"] else "NOT met") + f" ({shown})"
-            lines.append(f"  {t['name']}: {verdict}")
+        for name, value, verdict in targets:
+            lines.append(f"  {name}: {verdict}" + (f" ({value})" if value is not None else ""))
     return "\n".join(lines)
 
 
@@ -186,4 +207,5 @@ def _target_value(target: dict[str, Any]) -> str:
     return format_value(target["figure"], value)
 
 
-__all__ = ["REFERENCE", "TARGETS", "Target", "direction", "format_results", "medians", "ratios"]
+__all__ = ["REFERENCE", "TARGETS", "Target", "direction", "format_results", "headline", "medians",
+           "ratios", "suite_tables", "target_rows"]

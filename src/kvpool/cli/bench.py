@@ -16,7 +16,6 @@ import sys
 from typing import Any
 
 from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, run_bench
-from kvpool.bench.report import format_value
 from kvpool.bench.runner import hashing_available
 from kvpool.cli._args import non_negative_int, positive_int
 from kvpool.cli._render import grid_table, print_renderable
@@ -128,54 +127,18 @@ def run(args: argparse.Namespace) -> int:
 def print_results(results: dict[str, Any]) -> None:
     """One table per suite (figures × backends, then each backend's ratio to the
     reference), then the targets."""
-    ratio_table = results.get("ratios", {})
-    meta = results.get("meta", {})
-    print(f"kvpool bench: medians of {meta.get('repeat', '?')} runs"
-          + (" (quick sizes)" if meta.get("quick") else "")
-          + "; ratio = times better than kvpool's reference backend in the same run "
-          "(reference ratios, not vLLM's: for those, kvpool bench --vs-vllm PYTHON)")
-    tables = []
-    for suite in meta.get("suites", []):
-        figures = results.get(suite, {})
-        if not figures:
-            continue
-        backends = list(figures)
-        ratio_backends = [b for b in backends if b in ratio_table.get(suite, {})]
-        names = list(dict.fromkeys(n for b in backends for n in figures[b]))
-        header = ["figure", *backends, *(f"{b}/ref" for b in ratio_backends)]
-        rows = []
-        for name in names:
-            row = [name]
-            row += [format_value(name, figures[b][name]) if name in figures[b] else "-"
-                    for b in backends]
-            row += [f"{ratio_table[suite][b][name]:.1f}x" if name in ratio_table[suite][b]
-                    else "-" for b in ratio_backends]
-            rows.append(row)
-        tables.append(grid_table(header, rows, title=f"suite: {suite}"))
-    targets = results.get("targets", [])
+    from kvpool.bench.report import headline, suite_tables, target_rows
+
+    print(headline(results))
+    tables = [grid_table(header, rows, title=f"suite: {suite}")
+              for suite, header, rows in suite_tables(results)]
+    targets = target_rows(results)
     if targets:
-        rows = []
-        for t in targets:
-            if t["met"] is None:
-                verdict = "not measured" + (" (quick sizes)" if meta.get("quick") else "")
-                value = "-"
-            else:
-                verdict = "met" if t["met"] else "NOT met"
-                value = (f"{t['value']:.1f}x" if t["name"] in _RATIO_TARGETS
-                         else format_value(t["figure"], t["value"]))
-            rows.append([t["name"], value, verdict])
+        rows = [[name, value if value is not None else "-", verdict]
+                for name, value, verdict in targets]
         tables.append(grid_table(["target (fast backend)", "measured", "verdict"], rows,
                                  title="targets", left=(2,)))
     print_renderable(*tables)
-
-
-def _ratio_target_names() -> set[str]:
-    from kvpool.bench.report import TARGETS
-
-    return {t.name for t in TARGETS if t.kind == "min_ratio"}
-
-
-_RATIO_TARGETS = _ratio_target_names()
 
 
 def print_vs_vllm(result: dict[str, Any]) -> None:
