@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from cli.terminal import run_kvpool
 from kvpool.backends import BACKENDS
 from kvpool.cli import main
 from kvpool.workload import synthetic_trace, write_trace
@@ -184,40 +185,19 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     assert "\x1b[" not in done.stdout  # no colour codes into a pipe
 
 
-def _stderr_on_a_terminal(args):
-    """Run ``kvpool simulate ARGS`` with stderr on a pseudo-terminal; what it drew there."""
-    import os
-    import pty
-
-    master, slave = pty.openpty()
-    try:
-        done = subprocess.run([sys.executable, "-m", "kvpool", "simulate", *args],
-                              stdout=subprocess.PIPE, stderr=slave, check=False, timeout=300)
-    finally:
-        os.close(slave)
-    drawn = b""
-    try:
-        while chunk := os.read(master, 65536):
-            drawn += chunk
-    except OSError:  # the terminal closed: everything was read
-        pass
-    os.close(master)
-    return done, drawn.decode("utf-8", "replace")
-
-
 LONGER = ["--backend", "reference", "--requests", "150", "--num-blocks", "1024"]
 
 
 def test_a_progress_bar_is_drawn_on_a_terminal():
-    done, drawn = _stderr_on_a_terminal(LONGER)
-    assert done.returncode == 0
+    rc, _, drawn = run_kvpool(["simulate", *LONGER], terminal=True)
+    assert rc == 0
     assert "simulate" in drawn and "requests" in drawn  # the bar's label and unit
 
 
 def test_json_draws_no_progress_bar_even_on_a_terminal():
-    done, drawn = _stderr_on_a_terminal([*LONGER, "--json"])
-    assert done.returncode == 0 and drawn == ""
-    assert list(json.loads(done.stdout)) == JSON_KEYS
+    rc, out, drawn = run_kvpool(["simulate", *LONGER, "--json"], terminal=True)
+    assert rc == 0 and drawn == ""
+    assert list(json.loads(out)) == JSON_KEYS
 
 
 @pytest.mark.parametrize("block_size", ["1", "64"])
