@@ -493,6 +493,20 @@ class PoolShell:
         result = self._core_get_cached_block(block_hash, group_ids)
         return None if result is None else [int(b) for b in result]
 
+    def _cache_write_ratio(self, hashes: Sequence[object], table_len: int, num_cached: object,
+                           num_full: object, block_size: object, group_id: object,
+                           mask: tuple[bool, ...] | None) -> int | None:
+        """Hash blocks per block of a cache write whose own arguments pass and that writes
+        something; ``None`` otherwise (then the core raises, or there is nothing to check)."""
+        from kvpool.batch.checks import cache_arguments_rejection
+
+        if cache_arguments_rejection(
+            self.enable_caching, self.hash_block_size, len(hashes), table_len, num_cached,
+            num_full, block_size, group_id, mask,
+        ) is not None or num_cached >= num_full:  # type: ignore[operator]
+            return None
+        return block_size // self.hash_block_size  # type: ignore[operator]
+
     def check_hashes(
         self,
         hashes: Sequence[object],
@@ -506,14 +520,10 @@ class PoolShell:
         """Raise if a hash a cache write reads is not ``bytes``
         (:func:`kvpool.spec.preconditions.bad_block_hashes`), once the call's own arguments
         pass — the spec's order: argument checks, hash types, then the blocks' state."""
-        from kvpool.batch.checks import cache_arguments_rejection
-
-        if cache_arguments_rejection(
-            self.enable_caching, self.hash_block_size, len(hashes), table_len, num_cached,
-            num_full, block_size, group_id, mask,
-        ) is not None or num_cached >= num_full:  # type: ignore[operator]
+        ratio = self._cache_write_ratio(hashes, table_len, num_cached, num_full, block_size,
+                                        group_id, mask)
+        if ratio is None:
             return
-        ratio = block_size // self.hash_block_size  # type: ignore[operator]
         error = pre.bad_block_hashes(hashes, num_cached, num_full, ratio)  # type: ignore[arg-type]
         if error is not None:
             raise error
@@ -535,14 +545,10 @@ class PoolShell:
         Only once the call's own arguments pass (their errors are the core's to raise, in
         the spec's order), so this adds errors and never reorders them.
         """
-        from kvpool.batch.checks import cache_arguments_rejection
-
-        if cache_arguments_rejection(
-            self.enable_caching, self.hash_block_size, len(hashes), table_len, num_cached,
-            num_full, block_size, group_id, mask,
-        ) is not None or num_cached >= num_full:  # type: ignore[operator]
+        ratio = self._cache_write_ratio(hashes, table_len, num_cached, num_full, block_size,
+                                        group_id, mask)
+        if ratio is None:
             return
-        ratio = block_size // self.hash_block_size  # type: ignore[operator]
         if pre.bad_block_hashes(hashes, num_cached, num_full, ratio) is not None:  # type: ignore[arg-type]
             return
         error = stored_rejection(request, self._events.ctx, hashes, num_cached, num_full,  # type: ignore[arg-type]
