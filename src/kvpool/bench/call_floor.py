@@ -37,9 +37,11 @@ import numpy as np
 from kvpool.backends import make_pool
 from kvpool.bench.micro import BLOCK_SIZE, HashedRequest, random_hashes
 
-FIGURES = ("lookup_hit", "lookup_miss", "alloc1_free1", "touch1_free1")
+FIGURES = ("lookup_hit", "lookup_miss", "alloc1_free1", "touch1_free1", "alloc64_free64")
 """Operations timed; each gets ``empty``, ``kernel``, ``verb`` and ``python`` rows where they
-apply (a pair of calls counts as one operation)."""
+apply (a pair of calls counts as one operation). ``alloc64_free64`` is the array shape
+(``free_blocks(get_new_blocks_array(64)[::-1])``), in ns per 64-block round trip: its
+kernel row is the two batch kernels on ready arrays."""
 
 _EMPTY: dict[str, Callable[..., int]] = {}
 
@@ -91,6 +93,15 @@ def _loops(pool: Any, hashes: list[bytes], cached: list[int], ops: int
     block = [cached[0]]
     b = cached[0]
     r = range(ops)
+    get_array = pool.get_new_blocks_array
+    pop_into, free_ids = st.pop_unkeyed_into, st.free
+    ids = np.empty(64, np.int64)
+    reversed_ids = np.empty(64, np.int64)
+
+    def kernels64() -> None:
+        pop_into(ids, 64)
+        reversed_ids[:] = ids[::-1]
+        free_ids(reversed_ids)
 
     def repeat(body: Callable[[], Any]) -> Callable[[], None]:
         def loop() -> None:
@@ -111,6 +122,8 @@ def _loops(pool: Any, hashes: list[bytes], cached: list[int], ops: int
         "alloc1_free1/python": repeat(lambda: _python_int(_python_int(1))),
         "touch1_free1/kernel": repeat(lambda: (touch_one(b), free_one(b))),
         "touch1_free1/verb": repeat(lambda: (touch(block), free(block))),
+        "alloc64_free64/kernel": repeat(kernels64),
+        "alloc64_free64/verb": repeat(lambda: free(get_array(64)[::-1])),
     }
 
 
@@ -159,7 +172,8 @@ def format_call_floor(result: dict[str, float]) -> str:
                 split += f" + {kernel:.0f} entry and work"
         lines.append(f"{figure:<14} {' '.join(cells)}   {split}")
     lines.append("CPU clock (time.thread_time), median of interleaved rounds; pairs "
-                 "(alloc1_free1, touch1_free1) are two calls.")
+                 "(alloc1_free1, touch1_free1, alloc64_free64) are two calls; alloc64_free64 "
+                 "is ns per 64-block round trip.")
     return "\n".join(lines)
 
 
