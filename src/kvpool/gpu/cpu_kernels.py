@@ -221,7 +221,7 @@ def _check_shared(pairs, refs_mode, refs, retained, marks, info):
         d = pairs[i, 1]
         ref = refs[d] if refs_mode == REFS_BY_BLOCK else refs[i]
         held = marks[d]
-        if ref - held > 1:
+        if ref > held + 1:  # holders less retentions > 1, without overflow (held <= n)
             bad = i
             break
     for r in range(retained.shape[0]):
@@ -244,11 +244,14 @@ def _radix_order(key, key_bits, radix_bits):
         if key[i] < key[i - 1]:
             ordered = False
             break
-    if ordered:
+    if ordered or key_bits <= 0:
         return order
+    # As few passes as radix_bits allows, each as narrow as they can be (fewer counters)
+    passes = (key_bits + radix_bits - 1) // radix_bits
+    digit_bits = (key_bits + passes - 1) // passes
     spare = np.empty(n, np.int64)
-    counts = np.empty(1 << radix_bits, np.int64)
-    mask = (1 << radix_bits) - 1
+    counts = np.empty(1 << digit_bits, np.int64)
+    mask = (1 << digit_bits) - 1
     shift = 0
     while shift < key_bits:
         counts[:] = 0
@@ -264,7 +267,7 @@ def _radix_order(key, key_bits, radix_bits):
             spare[counts[digit]] = order[i]
             counts[digit] += 1
         order, spare = spare, order
-        shift += radix_bits
+        shift += digit_bits
     return order
 
 
