@@ -8,8 +8,8 @@ cache, draws random non-consecutive (src, dst) pairs — no two merge into a run
 case for the copier — and times, as medians over ``--rounds`` interleaved rounds:
 
 * ``copy``: :meth:`kvpool.gpu.BlockCopier.copy` end to end (validation, planning, launch) of
-  the pairs as the manager hands them (a list of int triples), and ``copy arr`` of the same
-  pairs as an int64 ``[n, 3]`` array (no conversion);
+  the pairs as the manager hands them (a list of ``BlockCopy``), and ``copy arr`` of the
+  same pairs as an int64 ``[n, 3]`` array (no conversion);
 * ``plan``: the planning alone (checks, merging, segments; µs per batch), list and array;
 * ``kernel``: the launch alone over the planned segments; on the CPU also ``1 lane``, the
   same kernel copying one segment at a time (what interleaving buys);
@@ -40,7 +40,7 @@ from kvpool.gpu import BlockCopier, PagedKVCache
 from kvpool.gpu import copy_plan as plan
 from kvpool.gpu.copier import launch_segments
 from kvpool.gpu.cpu_kernels import copy_segments
-from kvpool.policy import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from kvpool.policy import BlockCopy, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
 SIZES_KIB = (4, 16, 32, 64, 128, 256, 1024)
 
@@ -54,12 +54,13 @@ def geometry(block_bytes: int, total_bytes: int) -> tuple[KVCacheConfig, int]:
     return KVCacheConfig(num_blocks, (KVCacheGroupSpec(spec),)), num_blocks
 
 
-def random_pairs(num_blocks: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
-    """Half the blocks onto the other half, shuffled so that no two pairs form a run."""
+def random_pairs(num_blocks: int, rng: np.random.Generator) -> list[BlockCopy]:
+    """Half the blocks onto the other half, shuffled so that no two pairs form a run; as the
+    manager hands them over (``take_kv_cache_block_copies``)."""
     ids = rng.permutation(np.arange(1, num_blocks))
     half = len(ids) // 2
     src, dst = ids[:half], ids[half:2 * half]
-    return [(int(s), int(d), 0) for s, d in zip(src, dst, strict=True)]
+    return [BlockCopy(int(s), int(d), 0) for s, d in zip(src, dst, strict=True)]
 
 
 class Timer:
@@ -157,7 +158,7 @@ def print_table(rows: list[dict]) -> None:
         sub = [r for r in rows if r["device"] == device]
         if device == "cpu":
             print("\nCPU, wall clock (GB/s; % of np.copyto of the same bytes in one call; "
-                  "copy = BlockCopier.copy of a list of triples, arr = of an int64 array; "
+                  "copy = BlockCopier.copy of a BlockCopy list, arr = of an int64 array; "
                   "plan = planning alone, µs per batch, list / array)")
             print(f"{'block':>8} {'pairs':>6} {'copy':>6} {'%':>4} {'arr':>6} {'%':>4} "
                   f"{'kernel':>6} {'%':>4} {'1 lane':>6} {'%':>4} {'plan µs':>11} "

@@ -13,6 +13,7 @@ from kvpool.gpu import BlockCopier, InvalidCopyPair, PagedKVCache
 from kvpool.gpu import cpu_kernels as ck
 from kvpool.gpu.copy_plan import CopyPlanner, as_pair_array, coalesce, segments
 from kvpool.policy import (
+    BlockCopy,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -244,6 +245,15 @@ def test_coalesce_and_segments_stay_usable_on_their_own() -> None:
         segments(np.array([[7, 1, 2, 1]]), DEVICE, DEVICE)
     with pytest.raises(InvalidArgument):
         coalesce([(-1, 2, 0)])
+
+
+def test_blockcopy_rows_take_the_fast_path_and_are_still_checked() -> None:
+    good = [BlockCopy(1, 5, 0), BlockCopy(2, 6, 1)]
+    assert as_pair_array(good).tolist() == [[1, 5, 0], [2, 6, 1]]
+    for bad in ([BlockCopy(True, 5, 0)], [BlockCopy(1, 5.0, 0)], [BlockCopy(1, 5, 0), (1, 2)],
+                [(1, 2), BlockCopy(1, 5, 0), (1, 2, 3, 4)], [BlockCopy(1, 5, None)]):
+        with pytest.raises(InvalidArgument, match="pairs"):
+            as_pair_array(bad)
 
 
 # -- hostile input ----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import numpy as np
 from kvpool.errors import InvalidArgument, InvalidBlockId, InvalidGroupId
 from kvpool.gpu import cpu_kernels as ck
 from kvpool.gpu.errors import InvalidCopyPair
+from kvpool.policy.facade import BlockCopy
 
 RefCounts = Union[Callable[[list[int]], Sequence[int]], np.ndarray]  # noqa: UP007
 """Rule 4's ref counts: ``f(dst_ids) -> one count per id``, or ``counts[block_id]``."""
@@ -47,6 +48,7 @@ RefCounts = Union[Callable[[list[int]], Sequence[int]], np.ndarray]  # noqa: UP0
 _INT64 = np.dtype(np.int64)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _NO_IDS = np.zeros(0, np.int64)
+_THREE_FIELDS = {BlockCopy}  # rows of exactly three items by construction (a NamedTuple)
 
 
 def _int(value: object, what: str) -> int:
@@ -75,7 +77,8 @@ def as_pair_array(pairs: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:
     rows = pairs if isinstance(pairs, list) else list(pairs)
     try:  # C-level scans: every entry has three items, every item is exactly an int
         flat = list(chain.from_iterable(rows))
-        plain = len(flat) == 3 * len(rows) and set(map(len, rows)) <= {3} and \
+        plain = len(flat) == 3 * len(rows) and \
+            (set(map(type, rows)) <= _THREE_FIELDS or set(map(len, rows)) <= {3}) and \
             set(map(type, flat)) <= {int}
     except TypeError:  # an entry that is not a sequence: the slow path names it
         plain = False
