@@ -21,9 +21,11 @@ How: :class:`CopyPlanner` converts the rows (:func:`as_pair_array`) and hands th
 jitted pass, :func:`kvpool.gpu.cpu_kernels.plan_copies`, which checks rules 1–4, merges
 runs (radix-sorted: O(n), whatever the pool's size) and writes the segments; a failed rule
 comes back as a code and this module raises its typed error. Rule 4's ref counts come from
-``ref_cnts``: a callback ``ids -> counts`` (the pool's ``observe().ref_cnts``; asked about
-the destinations once rules 1–3 hold, so never about an id out of range) or an integer array
-indexed by block id, read at each batch (a live view of the pool's counts is fine).
+``ref_cnts``: an integer array indexed by block id, read at each batch (a live view of the
+pool's counts is fine; one kernel call), or a callback ``ids -> counts`` (the pool's
+``observe().ref_cnts``). A callback is asked about the destinations only once rules 1–3
+hold, so never about an id out of range: the kernel runs rules 1–3 first, then the whole
+pass again with the counts (rules 1–3 cost ~7 ns a pair).
 """
 
 from __future__ import annotations
