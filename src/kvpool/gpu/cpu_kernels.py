@@ -18,7 +18,7 @@ segment of the step in one call and stores whole 64-byte lines with *non-tempora
 ``memcpy`` reach full bandwidth on large copies. It copies ``lanes`` segments at a time,
 interleaved in ``chunk``-byte steps: random blocks are short independent streams, and
 several in flight keep more memory requests outstanding than one (glibc's large copies
-interleave pages for the same reason); measured +10–20 % over one segment at a time.
+interleave pages for the same reason); measured +5–20 % over one segment at a time.
 Segments not 64-byte aligned take a 32-, 16-byte or word loop, one at a time.
 """
 
