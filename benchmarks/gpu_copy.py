@@ -7,8 +7,12 @@ For each block size (bytes of one block of one layer's K, or V) it builds a one-
 cache, draws random non-consecutive (src, dst) pairs — no two merge into a run, the worst
 case for the copier — and times, as medians over ``--rounds`` interleaved rounds:
 
-* ``copy``: :meth:`kvpool.gpu.BlockCopier.copy` end to end (validation, planning, launch);
-* ``kernel``: the launch alone over the planned segments;
+* ``copy``: :meth:`kvpool.gpu.BlockCopier.copy` end to end (validation, planning, launch) of
+  the pairs as the manager hands them (a list of ``BlockCopy``), and ``copy arr`` of the
+  same pairs as an int64 ``[n, 3]`` array (no conversion);
+* ``plan``: the planning alone (checks, merging, segments; µs per batch), list and array;
+* ``kernel``: the launch alone over the planned segments; on the CPU also ``1 lane``, the
+  same kernel copying one segment at a time (what interleaving buys);
 * ``swap out`` / ``swap in``: the same blocks between the cache and a host mirror (pinned on
   CUDA) through the same kernel;
 * the **bound**: on the CPU ``np.copyto`` of one contiguous buffer of the same total bytes
@@ -35,7 +39,8 @@ import torch
 from kvpool.gpu import BlockCopier, PagedKVCache
 from kvpool.gpu import copy_plan as plan
 from kvpool.gpu.copier import launch_segments
-from kvpool.policy import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from kvpool.gpu.cpu_kernels import copy_segments
+from kvpool.policy import BlockCopy, FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
 SIZES_KIB = (4, 16, 32, 64, 128, 256, 1024)
 
@@ -49,12 +54,13 @@ def geometry(block_bytes: int, total_bytes: int) -> tuple[KVCacheConfig, int]:
     return KVCacheConfig(num_blocks, (KVCacheGroupSpec(spec),)), num_blocks
 
 
-def random_pairs(num_blocks: int, rng: np.random.Generator) -> list[tuple[int, int, int]]:
-    """Half the blocks onto the other half, shuffled so that no two pairs form a run."""
+def random_pairs(num_blocks: int, rng: np.random.Generator) -> list[BlockCopy]:
+    """Half the blocks onto the other half, shuffled so that no two pairs form a run; as the
+    manager hands them over (``take_kv_cache_block_copies``)."""
     ids = rng.permutation(np.arange(1, num_blocks))
     half = len(ids) // 2
     src, dst = ids[:half], ids[half:2 * half]
-    return [(int(s), int(d), 0) for s, d in zip(src, dst, strict=True)]
+    return [BlockCopy(int(s), int(d), 0) for s, d in zip(src, dst, strict=True)]
 
 
 class Timer:
@@ -87,25 +93,31 @@ def measure(device: torch.device, block_kib: int, total_mib: int, rounds: int,
     pairs = random_pairs(num_blocks, rng)
     copier = BlockCopier(cache)
     arr = plan.as_pair_array(pairs)
-    seg = plan.segments(plan.coalesce(arr), cache, cache)
+    seg = copier.planner.plan(arr).segments
     moved = int(seg[:, 2].sum()) * cache.word_bytes
     host = PagedKVCache(config, torch.float16, "cpu", num_layers=1, num_blocks=len(pairs) + 1,
                         pin_memory=device.type == "cuda")
-    out_pairs = plan.as_pair_array([(s, i, 0) for i, (s, _, _) in enumerate(pairs)])
-    out_seg = plan.segments(plan.coalesce(out_pairs), cache, host)
-    in_pairs = plan.as_pair_array([(i, d, 0) for i, (_, d, _) in enumerate(pairs)])
-    in_seg = plan.segments(plan.coalesce(in_pairs), host, cache)
+    out_pairs = [(s, i, 0) for i, (s, _, _) in enumerate(pairs)]
+    out_seg = plan.CopyPlanner(cache, host, same_space=False, null_dst=False).plan(
+        out_pairs).segments
+    in_pairs = [(i, d, 0) for i, (_, d, _) in enumerate(pairs)]
+    in_seg = plan.CopyPlanner(host, cache, same_space=False).plan(in_pairs).segments
     # Bounds: contiguous buffers of the same size.
     a = torch.empty(moved, dtype=torch.uint8, device=device).random_()
     b = torch.empty_like(a)
     timer = Timer(device)
     cases = {
         "copy": lambda: copier.copy(pairs),
+        "copy_array": lambda: copier.copy(arr),
+        "plan": lambda: copier.planner.plan(pairs),
+        "plan_array": lambda: copier.planner.plan(arr),
         "kernel": lambda: launch_segments(cache, cache, seg),
         "swap_out": lambda: launch_segments(cache, host, out_seg),
         "swap_in": lambda: launch_segments(host, cache, in_seg),
     }
     if device.type == "cpu":
+        words = cache.words().numpy()
+        cases["kernel_1lane"] = lambda: copy_segments(words, words, seg, cache.word_bytes, 1, 64)
         an, bn = a.numpy(), b.numpy()
         cases["np.copyto"] = lambda: np.copyto(bn, an)
         view = cache.layer(0, 0)[0]
@@ -131,7 +143,10 @@ def measure(device: torch.device, block_kib: int, total_mib: int, rounds: int,
     scale = {"index_copy_": 0.5}
     row = {"device": device.type, "block_kib": block_kib, "pairs": len(pairs),
            "bytes": moved}
-    for name in cases:
+    for name in ("plan", "plan_array"):  # µs per batch, not GB/s
+        row[name + "_us"] = statistics.median(wall.pop(name)) * 1e6
+        row[name + "_cpu_us"] = statistics.median(cpu.pop(name)) * 1e6
+    for name in wall:
         row[name] = moved * scale.get(name, 1.0) / statistics.median(wall[name]) / 1e9
         row[name + "_cpu"] = moved * scale.get(name, 1.0) / max(
             statistics.median(cpu[name]), 1e-9) / 1e9
@@ -142,27 +157,44 @@ def print_table(rows: list[dict]) -> None:
     for device in sorted({r["device"] for r in rows}):
         sub = [r for r in rows if r["device"] == device]
         if device == "cpu":
-            print("\nCPU (GB/s, wall; % of np.copyto of the same bytes in one call; the "
-                  "cpu-clock columns divide by time.thread_time)")
-            print(f"{'block':>8} {'pairs':>6} {'copy':>7} {'%':>5} {'kernel':>7} {'%':>5} "
-                  f"{'swap out':>8} {'swap in':>8} {'copyto':>7} {'index_copy_':>11} "
-                  f"{'copy cpu':>8} {'copyto cpu':>10} {'%':>5}")
+            print("\nCPU, wall clock (GB/s; % of np.copyto of the same bytes in one call; "
+                  "copy = BlockCopier.copy of a BlockCopy list, arr = of an int64 array; "
+                  "plan = planning alone, µs per batch, list / array)")
+            print(f"{'block':>8} {'pairs':>6} {'copy':>6} {'%':>4} {'arr':>6} {'%':>4} "
+                  f"{'kernel':>6} {'%':>4} {'1 lane':>6} {'%':>4} {'plan µs':>11} "
+                  f"{'swap out':>8} {'swap in':>7} {'copyto':>6} {'idx_copy_':>9}")
             for r in sub:
                 bound = r["np.copyto"]
-                print(f"{r['block_kib']:>6}Ki {r['pairs']:>6} {r['copy']:>7.2f} "
-                      f"{100 * r['copy'] / bound:>4.0f}% {r['kernel']:>7.2f} "
-                      f"{100 * r['kernel'] / bound:>4.0f}% {r['swap_out']:>8.2f} "
-                      f"{r['swap_in']:>8.2f} {bound:>7.2f} {r['index_copy_']:>11.2f} "
-                      f"{r['copy_cpu']:>8.2f} {r['np.copyto_cpu']:>10.2f} "
-                      f"{100 * r['copy_cpu'] / r['np.copyto_cpu']:>4.0f}%")
+                print(f"{r['block_kib']:>6}Ki {r['pairs']:>6} "
+                      f"{r['copy']:>6.2f} {100 * r['copy'] / bound:>3.0f}% "
+                      f"{r['copy_array']:>6.2f} {100 * r['copy_array'] / bound:>3.0f}% "
+                      f"{r['kernel']:>6.2f} {100 * r['kernel'] / bound:>3.0f}% "
+                      f"{r['kernel_1lane']:>6.2f} {100 * r['kernel_1lane'] / bound:>3.0f}% "
+                      f"{r['plan_us']:>5.0f}/{r['plan_array_us']:<5.0f} "
+                      f"{r['swap_out']:>8.2f} {r['swap_in']:>7.2f} {bound:>6.2f} "
+                      f"{r['index_copy_']:>9.2f}")
+            print("\nCPU, CPU clock (time.thread_time; the same columns)")
+            print(f"{'block':>8} {'copy':>6} {'%':>4} {'arr':>6} {'%':>4} {'kernel':>6} "
+                  f"{'%':>4} {'plan µs':>11} {'copyto':>6}")
+            for r in sub:
+                bound = r["np.copyto_cpu"]
+                print(f"{r['block_kib']:>6}Ki {r['copy_cpu']:>6.2f} "
+                      f"{100 * r['copy_cpu'] / bound:>3.0f}% {r['copy_array_cpu']:>6.2f} "
+                      f"{100 * r['copy_array_cpu'] / bound:>3.0f}% {r['kernel_cpu']:>6.2f} "
+                      f"{100 * r['kernel_cpu'] / bound:>3.0f}% "
+                      f"{r['plan_cpu_us']:>5.0f}/{r['plan_array_cpu_us']:<5.0f} "
+                      f"{bound:>6.2f}")
         else:
-            print(f"\n{device.upper()} (GB/s; copy vs device-to-device copy_, swap vs pinned)")
-            print(f"{'block':>8} {'pairs':>6} {'copy':>7} {'kernel':>7} {'% d2d':>6} "
-                  f"{'swap out':>8} {'% d2h':>6} {'swap in':>8} {'% h2d':>6} {'d2d':>7} "
-                  f"{'d2h':>7} {'h2d':>7}")
+            print(f"\n{device.upper()} (GB/s; copy vs device-to-device copy_, swap vs pinned; "
+                  "plan: µs per batch on the host, list / array)")
+            print(f"{'block':>8} {'pairs':>6} {'copy':>7} {'arr':>7} {'kernel':>7} {'% d2d':>6} "
+                  f"{'plan µs':>11} {'swap out':>8} {'% d2h':>6} {'swap in':>8} {'% h2d':>6} "
+                  f"{'d2d':>7} {'d2h':>7} {'h2d':>7}")
             for r in sub:
                 print(f"{r['block_kib']:>6}Ki {r['pairs']:>6} {r['copy']:>7.1f} "
+                      f"{r['copy_array']:>7.1f} "
                       f"{r['kernel']:>7.1f} {100 * r['kernel'] / r['d2d copy_']:>5.0f}% "
+                      f"{r['plan_us']:>5.0f}/{r['plan_array_us']:<5.0f} "
                       f"{r['swap_out']:>8.1f} {100 * r['swap_out'] / r['pinned d2h']:>5.0f}% "
                       f"{r['swap_in']:>8.1f} {100 * r['swap_in'] / r['pinned h2d']:>5.0f}% "
                       f"{r['d2d copy_']:>7.1f} {r['pinned d2h']:>7.1f} "

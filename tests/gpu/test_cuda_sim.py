@@ -16,4 +16,4 @@ def test_cuda_kernels_under_the_simulator() -> None:
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok check_") == 3
+    assert done.stdout.count("ok check_") == 4

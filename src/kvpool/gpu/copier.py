@@ -1,12 +1,14 @@
 """Batched block copy: the policy layer's pending copy-on-write pairs, executed.
 
 A step drains ``(pairs, retained) = manager.take_kv_cache_block_copies()`` and hands both to
-:meth:`BlockCopier.copy`: the whole batch is checked (:mod:`kvpool.gpu.copy_plan`), runs of
-consecutive ids are merged, and **one** launch copies every run in every layer of its group,
-K and V. The retained endpoints are *not* released then: BEHAVIOUR.md §10.4 requires each to
-be freed exactly once after the copy has executed, past the step that runs it, so they wait
-until :meth:`BlockCopier.end_step` (which first waits for the device), then go to the
-``release`` callback (the facade's ``release_copy_endpoints``) in one call.
+:meth:`BlockCopier.copy` (as the manager's ``BlockCopy`` list, or an int64 ``[n, 3]`` array,
+the cheapest): the whole batch is checked and planned in one jitted pass
+(:mod:`kvpool.gpu.copy_plan`), runs of consecutive ids are merged, and **one** launch copies
+every run in every layer of its group, K and V. The retained endpoints are *not* released
+then: BEHAVIOUR.md §10.4 requires each to be freed exactly once after the copy has executed,
+past the step that runs it, so they wait until :meth:`BlockCopier.end_step` (which first
+waits for the device), then go to the ``release`` callback (the facade's
+``release_copy_endpoints``) in one call.
 
 Where a batch is refused nothing was copied and nothing released: the endpoints are still the
 caller's.
@@ -81,8 +83,10 @@ def _device_view(words: torch.Tensor):
 class BlockCopier:
     """Executes block-copy batches on one :class:`PagedKVCache`.
 
-    ``ref_cnts`` (the pool's ``observe().ref_cnts``) enables the "destination still shared"
-    check; ``release`` receives the retained endpoints at :meth:`end_step`.
+    ``ref_cnts`` enables the "destination still shared" check: the pool's
+    ``observe().ref_cnts`` (asked once per batch about its destinations), or an integer array
+    of ref counts by block id (read at each batch). ``release`` receives the retained
+    endpoints at :meth:`end_step`.
     """
 
     def __init__(self, cache: PagedKVCache, *,
@@ -93,22 +97,20 @@ class BlockCopier:
         self.release = release
         self._pending_release: list[int] = []
         self.launches = 0
+        self.planner = copy_plan.CopyPlanner(cache, cache, same_space=True)
 
-    def copy(self, pairs: Iterable[Sequence[int]], retained: Sequence[int] = ()) -> CopyStats:
+    def copy(self, pairs: Iterable[Sequence[int]] | np.ndarray,
+             retained: Sequence[int] = ()) -> CopyStats:
         """Check, merge and launch one batch; the endpoints wait for :meth:`end_step`."""
         cache = self.cache
-        arr = copy_plan.as_pair_array(pairs)
         retained = [int(b) for b in retained]
-        copy_plan.check_batch(arr, cache.num_groups, cache.num_blocks, cache.num_blocks,
-                              same_space=True, ref_cnts=self.ref_cnts, retained=retained)
-        runs = copy_plan.coalesce(arr)
-        seg = copy_plan.segments(runs, cache, cache)
+        plan = self.planner.plan(pairs, ref_cnts=self.ref_cnts, retained=retained)
+        seg = plan.segments
         launch_segments(cache, cache, seg)
         if len(seg):
             self.launches += 1
         self._pending_release.extend(retained)
-        return CopyStats(len(arr), len(runs), len(seg),
-                         int(seg[:, 2].sum()) * cache.word_bytes if len(seg) else 0)
+        return CopyStats(len(plan.pairs), plan.runs, len(seg), plan.words * cache.word_bytes)
 
     def end_step(self) -> list[int]:
         """The step's copies are done: wait for the device, then release every retained

@@ -28,7 +28,9 @@ def copy_segments_kernel(src, dst, segments):
         s = segments[k, 0]
         d = segments[k, 1]
         n = segments[k, 2]
-        if s >= 0 and d >= 0 and n >= 0 and s + n <= src.shape[0] and d + n <= dst.shape[0]:
+        # written so that no sum can overflow (hostile segments): n <= size, s <= size - n
+        if s >= 0 and d >= 0 and n >= 0 and n <= src.shape[0] and n <= dst.shape[0] and \
+                s <= src.shape[0] - n and d <= dst.shape[0] - n:
             i = cuda.threadIdx.x
             while i < n:
                 dst[d + i] = src[s + i]

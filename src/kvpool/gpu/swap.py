@@ -43,10 +43,11 @@ class SwapOut:
     """
 
     def __init__(self, tables: Sequence[Sequence[int]], host_ids: list[list[int]],
-                 pairs: np.ndarray) -> None:
+                 pairs: np.ndarray, segments: np.ndarray | None = None) -> None:
         self.tables = [list(t) for t in tables]
         self.host_ids = host_ids
         self.pairs = pairs
+        self.segments = segments  # the planned copy-out (device words -> host words)
         self.done = False
         self.released = False
         self.invalid: set[int] = set()  # device block ids whose host copy is not good
@@ -85,6 +86,9 @@ class Offloader:
         self.device, self.host = device, host
         self.policy = on_reuse
         self.ref_cnts = ref_cnts
+        # A swap's two sides are separate id spaces; the host side has no null block.
+        self._out = copy_plan.CopyPlanner(device, host, same_space=False, null_dst=False)
+        self._in = copy_plan.CopyPlanner(host, device, same_space=False)
         self._free_host = list(range(host.num_blocks - 1, -1, -1))
         self._in_flight: dict[int, list[SwapOut]] = {}  # device block -> transfers reading it
         self._pending: list[SwapOut] = []
@@ -113,25 +117,19 @@ class Offloader:
         host_ids = [[NO_COPY if int(b) == 0 else next(take) for b in t] for t in tables]
         rows = [(int(b), h, g) for g, (t, hs) in enumerate(zip(tables, host_ids, strict=True))
                 for b, h in zip(t, hs, strict=True) if h != NO_COPY]
-        pairs = copy_plan.as_pair_array(rows)
-        copy_plan.check_batch(pairs, self.device.num_groups, self.device.num_blocks,
-                              self.host.num_blocks, same_space=False, null_dst=False)
+        plan = self._out.plan(rows)
         del self._free_host[len(self._free_host) - wanted:]
-        transfer = SwapOut(tables, host_ids, pairs)
+        transfer = SwapOut(tables, host_ids, plan.pairs, plan.segments)
         for b in transfer.blocks():
             self._in_flight.setdefault(b, []).append(transfer)
         if self._stream is not None:
             self._stream.wait_stream(torch.cuda.current_stream(self.device.device))
             with torch.cuda.stream(self._stream):
-                self._launch(self.device, self.host, pairs)
+                launch_segments(self.device, self.host, plan.segments)
                 transfer.event = torch.cuda.Event()
                 transfer.event.record(self._stream)
         self._pending.append(transfer)
         return transfer
-
-    def _launch(self, src: PagedKVCache, dst: PagedKVCache, pairs: np.ndarray) -> None:
-        runs = copy_plan.coalesce(pairs)
-        launch_segments(src, dst, copy_plan.segments(runs, src, dst))
 
     def _complete(self, transfer: SwapOut, host_wait: bool = False) -> None:
         if transfer.done:
@@ -139,7 +137,7 @@ class Offloader:
                 transfer.event.synchronize()
             return
         if transfer.event is None:
-            self._launch(self.device, self.host, transfer.pairs)
+            launch_segments(self.device, self.host, transfer.segments)
         elif host_wait:  # the host will read the copy
             transfer.event.synchronize()
         else:  # the compute stream (which will write reused blocks) waits for the copy
@@ -204,12 +202,9 @@ class Offloader:
                 if j >= len(table) or not transfer.covers(g, j, j + 1):
                     raise InvalidArgument(f"group {g} position {j}: no valid host copy")
                 rows.append((transfer.host_ids[g][j], int(table[j]), g))
-        pairs = copy_plan.as_pair_array(rows)
-        copy_plan.check_batch(pairs, self.device.num_groups, self.host.num_blocks,
-                              self.device.num_blocks, same_space=False,
-                              ref_cnts=self.ref_cnts)
-        self._launch(self.host, self.device, pairs)
-        return len(pairs)
+        plan = self._in.plan(rows, ref_cnts=self.ref_cnts)
+        launch_segments(self.host, self.device, plan.segments)
+        return len(plan.pairs)
 
     def release(self, transfer: SwapOut) -> None:
         """Give the transfer's host blocks back (after its reload, or to drop it)."""
