@@ -48,14 +48,25 @@ from typing import Any
 import numba
 from llvmlite import ir
 from numba import types as nt
-from numba.core import cgutils
+from numba.core import cgutils, ir_utils
 from numba.core.datamodel import models, register_default
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, overload, register_jitable
 
 from kvpool.fast import kernels
 
-_INLINED = frozenset(("_hash_key", "_key_equals", "_find_key"))
+_INLINED = frozenset((
+    "_hash_key", "_key_equals", "_find_key",  # the probe
+    "_prefetch_eviction", "_remove_all_keys", "_unlink_from_key",  # eviction, per block
+    "_table_delete", "_free_key_row", "_emit",
+    "_new_key", "_table_insert", "_slot", "_add_entry", "_link_at_key_tail",  # insertion
+    "_unlink", "_link_after", "_append", "_release", "_take_ref",  # the queue
+))
+"""Helpers Numba inlines into their callers before LLVM sees them: the ones called per block
+or per key. A call to a helper costs its array arguments' structs (nine words each for a 2-d
+array) and, more, ends every optimisation across it; inlined, the loop of ``_pop_front`` or
+``_cache_candidates`` is one function. ``_pop_front`` and ``_cache_candidates`` themselves
+stay calls (one per kernel call; inlining them into every kernel tripled the compile time)."""
 _CALLED_BY_HANDLE_KERNELS = ("lookup_one", "touch_one", "free_one", "get_new_blocks_unkeyed",
                              "get_new_blocks_quiet")
 
@@ -137,6 +148,16 @@ def _borrowed_view(typingctx, arr):
         return dst._getvalue()
 
     return result(arr), codegen
+
+
+def _raw_aliases_its_argument(lhs: str, args: list, alias_map: dict, arg_aliases: set) -> None:
+    ir_utils._add_alias(lhs, args[0].name, alias_map, arg_aliases)
+
+
+# Numba's dead-code elimination after inlining drops a store into an array unless the array
+# may alias an argument; a call's result is assumed not to, so the stores of an inlined helper
+# into a ``_raw`` view vanished (tests/fast/test_fast_compiled.py). Declared here: it does.
+ir_utils.alias_func_extensions[("_raw", kernels.__name__)] = _raw_aliases_its_argument
 
 
 @overload(kernels._raw)
