@@ -193,12 +193,60 @@ def _latency(sizes_kib: tuple[int, ...]) -> list[dict[str, float]]:
     return rows
 
 
+def _micro(rounds: int, batch: int = 100, hash_len: int = 32,
+           n: int = vllm_pattern.NUM_BLOCKS) -> dict[str, float]:
+    """Pure-kernel figures on a 20,000-block pool whose every block is cached (free, in
+    random LRU order, 32-byte random hashes): ns per evicting pop (``get_new_blocks`` of
+    ``batch`` blocks), per key insert (``cache_full_blocks`` of those blocks), per lookup hit
+    (``lookup_blocks`` of ``batch`` cached keys); best of ``rounds`` x 50 batches."""
+    rng = np.random.default_rng(0)
+    st = FastState(n, enable_caching=True, enable_events=False)
+    lens = np.full(batch, hash_len, np.int64)
+
+    def fresh_hashes() -> np.ndarray:
+        return rng.integers(0, 256, batch * hash_len, dtype=np.uint8)
+
+    held = []
+    for _ in range((n - 1) // batch):
+        assert st.get_new_blocks(batch)[0] == k.OK
+        cand = st.out[:batch].copy()
+        assert st.cache_full(cand, None, fresh_hashes(), lens, 0, 1, 0, hash_len) == k.OK
+        held.append(cand)
+    order = np.concatenate(held)
+    rng.shuffle(order)
+    assert st.free(order) == k.OK
+    clock = time.perf_counter_ns
+    best = {"evicting_pop": float("inf"), "insert": float("inf"), "lookup_hit": float("inf")}
+    groups = np.zeros(1, np.int64)
+    found = np.zeros((1, batch), np.int64)
+    for _ in range(rounds):
+        pop = ins = look = 0
+        for _ in range(50):
+            t = clock()
+            st.get_new_blocks(batch)
+            pop += clock() - t
+            cand = st.out[:batch].copy()
+            buf = fresh_hashes()
+            t = clock()
+            st.cache_full(cand, None, buf, lens, 0, 1, 0, hash_len)
+            ins += clock() - t
+            t = clock()
+            assert st.lookup(buf, lens, groups, found) == k.OK and st.result() == batch
+            look += clock() - t
+            st.free(cand[rng.permutation(batch)])
+        for name, total in (("evicting_pop", pop), ("insert", ins), ("lookup_hit", look)):
+            best[name] = min(best[name], total / (50 * batch))
+    return {f"{name}_ns": value for name, value in best.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kit", default="../shared/vllm-kit")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--latency", action="store_true")
     parser.add_argument("--no-trace", action="store_true", help="kernel replay only")
+    parser.add_argument("--micro", action="store_true",
+                        help="also the pure-kernel evict / insert / lookup figures")
     parser.add_argument("--calls", help="recorded calls: load from this file if it exists, "
                         "else record and save there (A/B runs of two checkouts share them)")
     parser.add_argument("--json", action="store_true")
@@ -211,6 +259,11 @@ def main() -> int:
                 print(f"pointer chase {row['kib']:>7} KiB: {row['ns_per_dependent_load']:6.1f} ns "
                       f"per dependent load, {row['ns_per_load_8_chains']:5.1f} ns per load "
                       "with 8 chains")
+    if args.micro:
+        out["micro"] = _micro(args.rounds)
+        if not args.json:
+            print("pure kernels (ns per block, best of rounds): " + ", ".join(
+                f"{name} {value:.1f}" for name, value in out["micro"].items()))
     requests = _as_trace_requests(load_kit_trace(args.kit))
     _replay_trace(requests[:40])  # compile (or load) the kernels
     if args.calls and Path(args.calls).exists():

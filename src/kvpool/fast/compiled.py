@@ -30,7 +30,8 @@ Compile choices:
   ~230 ns as separate functions, ~140 ns inlined).
 * ``kernels._raw`` is overloaded here with :func:`_borrowed_view` (arrays that Numba does
   not reference-count; the reason is in ``_raw``'s docstring), and ``kernels._prefetch``
-  with :func:`_prefetch_row` (a software prefetch; the plain run does nothing).
+  with :func:`_prefetch_row` (a software prefetch; the plain run does nothing);
+  ``kernels._word`` / ``_put_word`` with one unaligned 8-byte load / store.
 * The one-op kernels ``h_*`` take one ``kernels.PoolArrays``, made a jitclass here; they
   are compiled without the on-disk cache (:data:`HANDLE_KERNELS` says why).
 * This module's own compile choices (``_INLINED``, the overloads, the intrinsics) are not
@@ -199,8 +200,60 @@ def _prefetch_compiled(a, i):
     return lambda a, i: _prefetch_row(a, i)
 
 
+def _byte_address(context, builder, aty, value, offset, offset_type):
+    a = context.make_array(aty)(context, builder, value)
+    at = context.cast(builder, offset, offset_type, nt.intp)
+    return builder.inttoptr(builder.add(builder.ptrtoint(a.data, ir.IntType(64)), at), _PTR)
+
+
+def _is_byte_buffer(t: Any) -> bool:
+    return isinstance(t, nt.Buffer) and t.ndim == 1 and t.dtype == nt.uint8
+
+
+@intrinsic
+def _load_word(typingctx, buf, i):
+    """The 8 bytes at ``buf[i : i + 8]`` (a 1-d uint8 array or bytes; the caller keeps
+    them in range) as one int64: one unaligned load."""
+    if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+
+    return nt.int64(buf, i), codegen
+
+
+@intrinsic
+def _store_word(typingctx, buf, i, w):
+    """``buf[i : i + 8]`` = the 8 bytes of ``w`` as :func:`_load_word` read them."""
+    if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer) or not isinstance(
+            w, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        word = context.cast(builder, args[2], sig.args[2], nt.int64)
+        builder.store(word, builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return nt.void(buf, i, w), codegen
+
+
+@overload(kernels._word)
+def _word_compiled(a, i):
+    return lambda a, i: _load_word(a, i)
+
+
+@overload(kernels._put_word)
+def _put_word_compiled(a, i, w):
+    return lambda a, i, w: _store_word(a, i, w)
+
+
+_OVERLOADED = ("_raw", "_prefetch", "_word", "_put_word")
+
 for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
-    if _name in ("_raw", "_prefetch"):
+    if _name in _OVERLOADED:
         continue  # overloaded above
     if _fn.__module__ == kernels.__name__ and (
             _name.startswith("_") or _name in _CALLED_BY_HANDLE_KERNELS):

@@ -191,6 +191,20 @@ def _prefetch(a, i):
     return None
 
 
+def _word(a, i):
+    """The 8 bytes ``a[i : i + 8]`` of a uint8 array or ``bytes`` (in range: the caller
+    checks) as one integer, for comparing and copying keys a word at a time. Compiled: one
+    unaligned load (an int64 of the same bits); plain: the little-endian value. Only ever
+    compared with another ``_word`` or stored back with :func:`_put_word` in the same run."""
+    return int.from_bytes(bytes(a[i : i + 8]), "little")
+
+
+def _put_word(a, i, w):
+    """``a[i : i + 8]`` = the bytes of ``w`` as :func:`_word` read them (uint8 array)."""
+    for j in range(8):
+        a[i + j] = (w >> (8 * j)) & 255
+
+
 AHEAD = 8  # how many blocks (or keys) a pipelined loop's prefetches run ahead of its work
 
 
@@ -297,9 +311,16 @@ def _key_equals(keys, key_bytes, kid, buf, off, length, group, h):
     if keys[kid, K_HASH] != h or keys[kid, K_LEN] != length + 4:
         return False
     group = int(group)
-    for i in range(length):
-        if key_bytes[kid, i] != buf[off + i]:
+    row = key_bytes[kid]
+    i = 0
+    while i + 8 <= length:  # a word at a time (stride >= length + 4: the row holds them)
+        if _word(row, i) != _word(buf, off + i):
             return False
+        i += 8
+    while i < length:
+        if row[i] != buf[off + i]:
+            return False
+        i += 1
     for j in range(4):
         if int(key_bytes[kid, length + j]) != (group >> (24 - 8 * j)) & 255:
             return False
@@ -341,8 +362,14 @@ def _new_key(keys, key_bytes, table, meta, buf, off, length, group, h):
     keys[kid, K_HEAD] = -1
     keys[kid, K_TAIL] = -1
     keys[kid, K_BLOCK] = -1
-    for i in range(length):
-        key_bytes[kid, i] = buf[off + i]
+    row = key_bytes[kid]
+    i = 0
+    while i + 8 <= length:
+        _put_word(row, i, _word(buf, off + i))
+        i += 8
+    while i < length:
+        row[i] = buf[off + i]
+        i += 1
     for j in range(4):
         key_bytes[kid, length + j] = (group >> (24 - 8 * j)) & 255
     _table_insert(table, h, kid)
