@@ -72,3 +72,29 @@ def test_prefetch_is_a_hint_for_any_index():
     assert kernel(a, 1) == 1 and kernel(a, 2**40) == 1  # never faults, changes nothing
     (sig,) = kernel.signatures
     assert "prefetch" in kernel.inspect_asm(sig)
+
+
+def _hash_bytewise(key: bytes, group: int) -> int:
+    """The table hash of a key of >= 14 bytes, byte by byte (the definition)."""
+    head = int.from_bytes(key[:7], "big")
+    tail = int.from_bytes(key[-7:], "big")
+    h = ((head ^ (tail << 7) ^ (group << 1) ^ len(key)) * kernels.FNV_PRIME) & kernels.MASK63
+    return h ^ (h >> 29)
+
+
+def test_word_reads_give_the_bytewise_hash_and_key_equality():
+    @numba.njit
+    def compiled_hash(buf, off, length, group):
+        buf = kernels._raw(buf)
+        return kernels._hash_key(buf, off, length, group)
+
+    rng = np.random.default_rng(7)
+    for length in (13, 14, 15, 20, 32, 36, 64):
+        for _ in range(20):
+            buf = rng.integers(0, 256, length + 5, dtype=np.uint8)
+            buf[1 + rng.integers(0, length)] = 0xFF  # high bytes: signed words
+            group = int(rng.integers(0, 2**32))
+            plain = kernels._hash_key(buf, 1, length, group)
+            assert compiled_hash(buf, 1, length, group) == plain
+            if length >= 14:
+                assert plain == _hash_bytewise(bytes(buf[1 : 1 + length]), group)

@@ -31,7 +31,8 @@ Compile choices:
 * ``kernels._raw`` is overloaded here with :func:`_borrowed_view` (arrays that Numba does
   not reference-count; the reason is in ``_raw``'s docstring), and ``kernels._prefetch``
   with :func:`_prefetch_row` (a software prefetch; the plain run does nothing);
-  ``kernels._word`` / ``_put_word`` with one unaligned 8-byte load / store.
+  ``kernels._word`` / ``_word_be`` / ``_put_word`` with one unaligned 8-byte load (and
+  byte swap) / store.
 * The one-op kernels ``h_*`` take one ``kernels.PoolArrays``, made a jitclass here; they
   are compiled without the on-disk cache (:data:`HANDLE_KERNELS` says why).
 * This module's own compile choices (``_INLINED``, the overloads, the intrinsics) are not
@@ -225,6 +226,20 @@ def _load_word(typingctx, buf, i):
 
 
 @intrinsic
+def _load_word_be(typingctx, buf, i):
+    """The 8 bytes at ``buf[i : i + 8]`` read big-endian, as int64: a load and a byte swap."""
+    if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        word = builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+        return builder.bswap(word)
+
+    return nt.int64(buf, i), codegen
+
+
+@intrinsic
 def _store_word(typingctx, buf, i, w):
     """``buf[i : i + 8]`` = the 8 bytes of ``w`` as :func:`_load_word` read them."""
     if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer) or not isinstance(
@@ -245,12 +260,17 @@ def _word_compiled(a, i):
     return lambda a, i: _load_word(a, i)
 
 
+@overload(kernels._word_be)
+def _word_be_compiled(a, i):
+    return lambda a, i: _load_word_be(a, i)
+
+
 @overload(kernels._put_word)
 def _put_word_compiled(a, i, w):
     return lambda a, i, w: _store_word(a, i, w)
 
 
-_OVERLOADED = ("_raw", "_prefetch", "_word", "_put_word")
+_OVERLOADED = ("_raw", "_prefetch", "_word", "_word_be", "_put_word")
 
 for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
     if _name in _OVERLOADED:

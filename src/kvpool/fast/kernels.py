@@ -199,6 +199,15 @@ def _word(a, i):
     return int.from_bytes(bytes(a[i : i + 8]), "little")
 
 
+def _word_be(a, i):
+    """The 8 bytes ``a[i : i + 8]`` (in range) read big-endian. Compiled: an int64 of the same
+    bits (negative when byte ``i`` >= 128): callers keep at most the low 56 bits."""
+    return int.from_bytes(bytes(a[i : i + 8]), "big")
+
+
+LOW56 = (1 << 56) - 1
+
+
 def _put_word(a, i, w):
     """``a[i : i + 8]`` = the bytes of ``w`` as :func:`_word` read them (uint8 array)."""
     for j in range(8):
@@ -280,11 +289,8 @@ def _hash_key(buf, off, length, group):
     """
     group = int(group)  # a numpy scalar would make the uncompiled run overflow-warn
     if length >= 14:
-        head = 0
-        tail = 0
-        for j in range(7):
-            head = (head << 8) | int(buf[off + j])
-            tail = (tail << 8) | int(buf[off + length - 7 + j])
+        head = (_word_be(buf, off) >> 8) & LOW56  # bytes 0-6, big-endian
+        tail = _word_be(buf, off + length - 8) & LOW56  # the last 7 bytes, big-endian
         h = ((head ^ (tail << 7) ^ (group << 1) ^ int(length)) * FNV_PRIME) & MASK63
         return h ^ (h >> 29)
     h = FNV_OFFSET ^ int(length)
