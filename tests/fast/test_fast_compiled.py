@@ -11,6 +11,8 @@ from numba.extending import register_jitable  # noqa: E402
 
 from kvpool.fast import compiled, kernels  # noqa: E402
 
+pytestmark = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="about compiled code")
+
 
 def _bump(a, i):
     a[i, 1] += 7
