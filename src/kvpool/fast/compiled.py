@@ -25,16 +25,22 @@ Compile choices:
 * ``nogil`` is left off: the pool is single-threaded by contract (BEHAVIOUR.md §6).
 * Helpers (``_``-prefixed functions of ``kernels``) are registered with ``register_jitable``:
   they stay plain functions for the uncompiled run, and compiled kernels that call them
-  compile them inline — no second copy of any helper exists. The hash probe's helpers
-  (``_INLINED``) are inlined by Numba itself before LLVM sees them (a lookup hit measured
-  ~230 ns as separate functions, ~140 ns inlined).
+  compile them inline — no second copy of any helper exists. The hash probe's helpers and
+  the per-block / per-key helpers (``_INLINED``) are inlined by Numba itself before LLVM
+  sees them (a lookup hit measured ~230 ns as separate functions, ~140 ns inlined). The
+  price is compile time: all kernels ~50-65 s instead of ~35 s (once; the disk cache keeps
+  them), the one-op ``h_*`` kernels ~12 s instead of ~6 s per process (``h_pop`` inlines
+  the eviction path).
 * ``kernels._raw`` is overloaded here with :func:`_borrowed_view` (arrays that Numba does
-  not reference-count; the reason is in ``_raw``'s docstring).
+  not reference-count; the reason is in ``_raw``'s docstring), and ``kernels._prefetch``
+  with :func:`_prefetch_row` (a software prefetch; the plain run does nothing);
+  ``kernels._word`` / ``_word_be`` / ``_put_word`` with one unaligned 8-byte load (and
+  byte swap) / store.
 * The one-op kernels ``h_*`` take one ``kernels.PoolArrays``, made a jitclass here; they
   are compiled without the on-disk cache (:data:`HANDLE_KERNELS` says why).
-* This module's own compile choices (``_INLINED``, the two overloads) are not seen by the
-  on-disk cache, which watches ``kernels.py`` only: change one, and clear the cache
-  (``__pycache__`` next to ``kernels.py``) or touch ``kernels.py``.
+* This module's own compile choices (``_INLINED``, the overloads, the intrinsics) are not
+  seen by the on-disk cache, which watches ``kernels.py`` only: change one, and clear the
+  cache (``__pycache__`` next to ``kernels.py``) or touch ``kernels.py``.
 """
 
 from __future__ import annotations
@@ -45,30 +51,118 @@ from collections.abc import Callable
 from typing import Any
 
 import numba
+from llvmlite import ir
 from numba import types as nt
+from numba.core import cgutils, ir_utils
+from numba.core.datamodel import models, register_default
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, overload, register_jitable
 
 from kvpool.fast import kernels
 
-_INLINED = frozenset(("_hash_key", "_key_equals", "_find_key"))
+_INLINED = frozenset((
+    "_hash_key", "_key_equals", "_find_key",  # the probe
+    "_prefetch_eviction", "_remove_all_keys", "_unlink_from_key",  # eviction, per block
+    "_table_delete", "_free_key_row", "_emit",
+    "_new_key", "_table_insert", "_slot", "_add_entry", "_link_at_key_tail",  # insertion
+    "_unlink", "_link_after", "_append", "_release", "_take_ref",  # the queue
+))
+"""Helpers Numba inlines into their callers before LLVM sees them: the ones called per block
+or per key. A call to a helper costs its array arguments' structs (nine words each for a 2-d
+array) and, more, ends every optimisation across it; inlined, the loop of ``_pop_front`` or
+``_cache_candidates`` is one function. ``_pop_front`` and ``_cache_candidates`` themselves
+stay calls (one per kernel call; inlining them into every kernel tripled the compile time)."""
 _CALLED_BY_HANDLE_KERNELS = ("lookup_one", "touch_one", "free_one", "get_new_blocks_unkeyed",
                              "get_new_blocks_quiet")
 
 
+class BorrowedArray(nt.Array):
+    """The type of :func:`_borrowed_view`'s result: a numpy array type whose data model has
+    no reference-counted member, so that Numba emits no reference counting for it at all.
+
+    The view points into an array that its caller keeps alive (see ``kernels._raw``). Slices
+    of it are borrowed too (:meth:`copy`); it boxes to nothing (kernels never return one).
+    """
+
+    def __init__(self, dtype: Any, ndim: int, layout: str, readonly: bool = False,
+                 aligned: bool = True) -> None:
+        super().__init__(dtype, ndim, layout, readonly=readonly, aligned=aligned,
+                         name=f"borrowed({dtype}, {ndim}d, {layout}{', readonly' * readonly})")
+
+    def copy(self, dtype: Any = None, ndim: int | None = None, layout: str | None = None,
+             readonly: bool | None = None) -> BorrowedArray:
+        return BorrowedArray(self.dtype if dtype is None else dtype,
+                             self.ndim if ndim is None else ndim,
+                             self.layout if layout is None else layout,
+                             not self.mutable if readonly is None else readonly, self.aligned)
+
+    @property
+    def key(self) -> tuple:
+        return ("borrowed", *super().key)
+
+    # Never converted to or unified with a plain array type: the two data models differ, and
+    # Numba would reinterpret one struct as the other (measured: an inlined helper's stores
+    # were lost that way), so a mix must fail to type instead.
+    def can_convert_to(self, typingctx: Any, other: Any) -> Any:
+        if isinstance(other, BorrowedArray):
+            return super().can_convert_to(typingctx, other)
+        return None
+
+    def unify(self, typingctx: Any, other: Any) -> Any:
+        if isinstance(other, BorrowedArray):
+            unified = super().unify(typingctx, other)
+            if unified is not None:
+                return BorrowedArray(unified.dtype, unified.ndim, unified.layout,
+                                     not unified.mutable, unified.aligned)
+        return None
+
+
+@register_default(BorrowedArray)
+class _BorrowedArrayModel(models.StructModel):
+    """The members of Numba's array model, with ``meminfo`` a plain pointer: the reference
+    counting passes look for a meminfo member and find none."""
+
+    def __init__(self, dmm: Any, fe_type: BorrowedArray) -> None:
+        ndim = fe_type.ndim
+        super().__init__(dmm, fe_type, [
+            ("meminfo", nt.voidptr), ("parent", nt.voidptr), ("nitems", nt.intp),
+            ("itemsize", nt.intp), ("data", nt.CPointer(fe_type.dtype)),
+            ("shape", nt.UniTuple(nt.intp, ndim)), ("strides", nt.UniTuple(nt.intp, ndim))])
+
+
 @intrinsic
 def _borrowed_view(typingctx, arr):
-    """The array with the same data, shape and strides but no owner (meminfo and parent
-    null): Numba's reference counting skips it (see :func:`kvpool.fast.kernels._raw`)."""
+    """The array with the same data, shape and strides, typed :class:`BorrowedArray` (no
+    owner, null meminfo and parent): Numba counts no references to it (see
+    :func:`kvpool.fast.kernels._raw`)."""
+    result = arr if isinstance(arr, BorrowedArray) else BorrowedArray(
+        arr.dtype, arr.ndim, arr.layout, not arr.mutable, arr.aligned)
 
     def codegen(context, builder, sig, args):
+        if sig.args[0] == sig.return_type:
+            return args[0]
         src = context.make_array(sig.args[0])(context, builder, args[0])
-        dst = context.make_array(sig.return_type)(context, builder)
-        context.populate_array(dst, data=src.data, shape=src.shape, strides=src.strides,
-                               itemsize=src.itemsize, meminfo=None, parent=None)
+        dst = cgutils.create_struct_proxy(sig.return_type)(context, builder)
+        dst.data = src.data
+        dst.shape = src.shape
+        dst.strides = src.strides
+        dst.itemsize = src.itemsize
+        dst.nitems = src.nitems
+        dst.meminfo = cgutils.get_null_value(dst.meminfo.type)
+        dst.parent = cgutils.get_null_value(dst.parent.type)
         return dst._getvalue()
 
-    return arr(arr), codegen
+    return result(arr), codegen
+
+
+def _raw_aliases_its_argument(lhs: str, args: list, alias_map: dict, arg_aliases: set) -> None:
+    ir_utils._add_alias(lhs, args[0].name, alias_map, arg_aliases)
+
+
+# Numba's dead-code elimination after inlining drops a store into an array unless the array
+# may alias an argument; a call's result is assumed not to, so the stores of an inlined helper
+# into a ``_raw`` view vanished (tests/fast/test_fast_compiled.py). Declared here: it does.
+ir_utils.alias_func_extensions[("_raw", kernels.__name__)] = _raw_aliases_its_argument
 
 
 @overload(kernels._raw)
@@ -78,8 +172,111 @@ def _raw_compiled(a):
     return lambda a: a
 
 
+_PTR = ir.IntType(8).as_pointer()
+_I32 = ir.IntType(32)
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, i):
+    """``llvm.prefetch`` (read, keep in all cache levels) of the first byte of row ``i`` of
+    ``arr``: address ``data + i * strides[0]``, computed without a bounds check because a
+    prefetch never faults and has no effect but on timing."""
+    if not isinstance(arr, nt.Array) or not isinstance(i, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        aty = sig.args[0]
+        a = context.make_array(aty)(context, builder, args[0])
+        row = context.cast(builder, args[1], sig.args[1], nt.intp)
+        stride = cgutils.unpack_tuple(builder, a.strides, aty.ndim)[0]
+        addr = builder.add(builder.ptrtoint(a.data, ir.IntType(64)), builder.mul(row, stride))
+        fnty = ir.FunctionType(ir.VoidType(), [_PTR, _I32, _I32, _I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(addr, _PTR), ir.Constant(_I32, 0),
+                          ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+
+    return nt.void(arr, i), codegen
+
+
+@overload(kernels._prefetch)
+def _prefetch_compiled(a, i):
+    return lambda a, i: _prefetch_row(a, i)
+
+
+def _byte_address(context, builder, aty, value, offset, offset_type):
+    a = context.make_array(aty)(context, builder, value)
+    at = context.cast(builder, offset, offset_type, nt.intp)
+    return builder.inttoptr(builder.add(builder.ptrtoint(a.data, ir.IntType(64)), at), _PTR)
+
+
+def _is_byte_buffer(t: Any) -> bool:
+    return isinstance(t, nt.Buffer) and t.ndim == 1 and t.dtype == nt.uint8
+
+
+@intrinsic
+def _load_word(typingctx, buf, i):
+    """The 8 bytes at ``buf[i : i + 8]`` (a 1-d uint8 array or bytes; the caller keeps
+    them in range) as one int64: one unaligned load."""
+    if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+
+    return nt.int64(buf, i), codegen
+
+
+@intrinsic
+def _load_word_be(typingctx, buf, i):
+    """The 8 bytes at ``buf[i : i + 8]`` read big-endian, as int64: a load and a byte swap."""
+    if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        word = builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+        return builder.bswap(word)
+
+    return nt.int64(buf, i), codegen
+
+
+@intrinsic
+def _store_word(typingctx, buf, i, w):
+    """``buf[i : i + 8]`` = the 8 bytes of ``w`` as :func:`_load_word` read them."""
+    if not _is_byte_buffer(buf) or not isinstance(i, nt.Integer) or not isinstance(
+            w, nt.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        word = context.cast(builder, args[2], sig.args[2], nt.int64)
+        builder.store(word, builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return nt.void(buf, i, w), codegen
+
+
+@overload(kernels._word)
+def _word_compiled(a, i):
+    return lambda a, i: _load_word(a, i)
+
+
+@overload(kernels._word_be)
+def _word_be_compiled(a, i):
+    return lambda a, i: _load_word_be(a, i)
+
+
+@overload(kernels._put_word)
+def _put_word_compiled(a, i, w):
+    return lambda a, i, w: _store_word(a, i, w)
+
+
+_OVERLOADED = ("_raw", "_prefetch", "_word", "_word_be", "_put_word")
+
 for _name, _fn in inspect.getmembers(kernels, inspect.isfunction):
-    if _name == "_raw":
+    if _name in _OVERLOADED:
         continue  # overloaded above
     if _fn.__module__ == kernels.__name__ and (
             _name.startswith("_") or _name in _CALLED_BY_HANDLE_KERNELS):
