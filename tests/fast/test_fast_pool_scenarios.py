@@ -43,6 +43,22 @@ def test_allocation_pops_ids_in_order_and_skips_the_null_block():
     assert t.get_new_blocks(np.int64(0)) == []
 
 
+@pytest.mark.parametrize("jit", [True, False])
+@pytest.mark.parametrize("n", [1, 2, 3, 10_000])
+def test_construction_writes_five_block_rows_whatever_the_size(n, jit):
+    # The relative encoding (kernels.py): a zero row is a fresh free block, so building a
+    # pool touches only block 0, block 1, block N-1 and the two sentinels.
+    pool = make_pool(n, backend="fast", jit=jit)
+    rows = np.flatnonzero(pool._st.blk.any(axis=1)).tolist()
+    assert set(rows) <= {0, 1, n - 1, n, n + 1}
+    assert pool.abstract().state.free_queue == tuple(range(1, n))
+    assert pool.check_invariants() == []
+    blocks = pool.get_new_blocks(n - 1)  # every block, in id order
+    assert blocks == list(range(1, n))
+    pool.free_blocks(blocks[::-1])
+    assert pool.check_invariants() == []
+
+
 def test_free_puts_unkeyed_blocks_in_front_and_keyed_blocks_at_the_tail():
     t = FastTwin(8)
     r = request_with_hashes(4)

@@ -22,12 +22,13 @@ def queue_links_are_mutual(st: FastState) -> tuple:
     ``M_NUM_FREE`` distinct non-null blocks, each with ref_cnt 0."""
     n = st.num_blocks
     blk = st.blk
+    prev, next_, _ = k._decoded_links(blk)
     head, tail = n, n + 1
     seen: set[int] = set()
     b, bad = head, []
     for _ in range(n + 1):
-        nxt = int(blk[b, k.NEXT])
-        if not 0 <= nxt < n + 2 or int(blk[nxt, k.PREV]) != b:
+        nxt = int(next_[b])
+        if not 0 <= nxt < n + 2 or int(prev[nxt]) != b:
             return ("broken link", b)
         if nxt == tail:
             break
@@ -46,10 +47,11 @@ def unqueued_blocks_have_cleared_links(st: FastState) -> tuple:
     """A block is queued ⇔ ref_cnt 0 and not null; unqueued blocks have both links -1."""
     n = st.num_blocks
     ref = st.blk[:n, k.REF]
-    linked = st.blk[:n, k.PREV] != -1
+    prev, next_, _ = (column[:n] for column in k._decoded_links(st.blk))
+    linked = prev != -1
     should = ref == 0
     should[0] = False
-    both_clear = (st.blk[:n, k.PREV] == -1) & (st.blk[:n, k.NEXT] == -1)
+    both_clear = (prev == -1) & (next_ == -1)
     return tuple(np.nonzero((linked != should) | (~linked & ~both_clear) | (ref < 0))[0].tolist())
 
 
@@ -77,8 +79,9 @@ def block_chains_are_consistent(st: FastState) -> tuple:
     """Each block's chain holds its own entries, distinct keys, and a primary token count
     (>= 1 hbs unit) exactly when it has a key."""
     bad, total = [], 0
+    first = k._decoded_links(st.blk)[2]
     for b in range(st.num_blocks):
-        e = int(st.blk[b, k.FIRST])
+        e = int(first[b])
         units = int(st.blk64[b, k.TOKENS])
         if (e == -1) != (units == 0) or units < 0:
             bad.append(b)

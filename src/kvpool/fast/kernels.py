@@ -34,7 +34,14 @@ head and tail sentinels):
 
 ``blk`` int32 [N+2, 5]
     ``PREV``/``NEXT`` queue links (-1 = not queued), ``REF`` ref_cnt, ``FIRST`` the block's
-    first key entry (its primary; -1 = no key), ``MARK`` scratch (0 between calls).
+    first key entry (its primary; -1 = no key), ``MARK`` scratch (0 between calls). Links
+    and first entries are stored *relative to the row*: ``NEXT`` holds ``next - b - 1``,
+    ``PREV`` holds ``prev - b + 1``, ``FIRST`` holds ``first + 1`` (helpers ``_next``,
+    ``_prev``, ``_first`` and their setters). So an all-zero row means "between blocks
+    ``b - 1`` and ``b + 1`` in the queue, ref 0, no key" — exactly a fresh pool's block:
+    the array is allocated zeroed (the OS hands out zero pages on first touch) and
+    :func:`init_state` writes five rows, whatever ``N``. Why: writing 20 bytes per block at
+    construction (and the page faults it triggers) was the whole cost of building a pool.
 ``blk64`` int64 [N+2, 2]
     ``TOKENS`` primary token count in units of ``hash_block_size`` (bounded by the request's
     hash list, so it cannot overflow however large the sizes), ``WATCH`` watcher-table stamp
@@ -145,31 +152,28 @@ ROW_MASK = 0xFFFFFFFF
 def init_state(blk, meta):
     """A fresh pool: every block free in id order, block 0 (null) out of the queue.
 
-    blk int32 [N+2, BLK_COLS], meta int64 [META_SIZE]; N >= 1. ``blk64`` starts all zero
-    (allocated zeroed; not written here, so a large pool does not pay for touching it).
+    blk int32 [N+2, BLK_COLS] **all zero** (as allocated: see the encoding in the module
+    docstring, where a zero row is "linked between its id neighbours, ref 0, no key"), meta
+    int64 [META_SIZE]; N >= 1. Only the rows whose links differ from their neighbours' ids
+    are written — block 0, block 1, block N-1 and the two sentinels — so a pool of any size
+    is built without touching its block rows (``blk64`` likewise starts zero).
     """
     blk, meta = _raw(blk), _raw(meta)
     n = blk.shape[0] - 2
     head = n
     tail = n + 1
-    for b in range(n + 2):
-        blk[b, PREV] = b - 1
-        blk[b, NEXT] = b + 1
-        blk[b, REF] = 0
-        blk[b, FIRST] = -1
-        blk[b, MARK] = 0
-    blk[0, PREV] = -1
-    blk[0, NEXT] = -1
-    blk[head, PREV] = -1
-    blk[tail, NEXT] = -1
+    _set_prev(blk, 0, -1)
+    _set_next(blk, 0, -1)
+    _set_prev(blk, head, -1)
+    _set_next(blk, tail, -1)
     if n > 1:
-        blk[1, PREV] = head
-        blk[head, NEXT] = 1
-        blk[n - 1, NEXT] = tail
-        blk[tail, PREV] = n - 1
+        _set_prev(blk, 1, head)
+        _set_next(blk, head, 1)
+        _set_next(blk, n - 1, tail)
+        _set_prev(blk, tail, n - 1)
     else:
-        blk[head, NEXT] = tail
-        blk[tail, PREV] = head
+        _set_next(blk, head, tail)
+        _set_prev(blk, tail, head)
     for i in range(meta.shape[0]):
         meta[i] = 0
     meta[M_NUM_FREE] = n - 1
@@ -236,29 +240,69 @@ AHEAD = 8  # how many blocks (or keys) a pipelined loop's prefetches run ahead o
 # ===============================================================================================
 
 
+# Links and first entries are stored relative to the row (the module docstring's encoding):
+# every read and write of PREV, NEXT and FIRST goes through these six helpers.
+
+
+def _next(blk, b):
+    """The block after ``b`` in the queue (-1: ``b`` is not queued)."""
+    return int(blk[b, NEXT]) + b + 1
+
+
+def _prev(blk, b):
+    """The block before ``b`` in the queue (-1: ``b`` is not queued)."""
+    return int(blk[b, PREV]) + b - 1
+
+
+def _first(blk, b):
+    """The block's first key entry, its primary (-1: no key)."""
+    return int(blk[b, FIRST]) - 1
+
+
+def _set_next(blk, b, q):
+    blk[b, NEXT] = q - b - 1
+
+
+def _set_prev(blk, b, p):
+    blk[b, PREV] = p - b + 1
+
+
+def _set_first(blk, b, e):
+    blk[b, FIRST] = e + 1
+
+
+def _decoded_links(blk):
+    """``(prev, next, first)``: the three relative columns of every row as the ids they
+    stand for (int64 arrays; -1 = none). For Python readers (the state, the integrity
+    checks); plain numpy, never compiled."""
+    rows = np.arange(blk.shape[0], dtype=np.int64)
+    return (blk[:, PREV].astype(np.int64) + rows - 1, blk[:, NEXT].astype(np.int64) + rows + 1,
+            blk[:, FIRST].astype(np.int64) - 1)
+
+
 def _unlink(blk, b):
     """Take queued block ``b`` out of the queue and clear its links."""
-    p = blk[b, PREV]
-    q = blk[b, NEXT]
-    blk[p, NEXT] = q
-    blk[q, PREV] = p
-    blk[b, PREV] = -1
-    blk[b, NEXT] = -1
+    p = _prev(blk, b)
+    q = _next(blk, b)
+    _set_next(blk, p, q)
+    _set_prev(blk, q, p)
+    _set_prev(blk, b, -1)
+    _set_next(blk, b, -1)
 
 
 def _link_after(blk, at, b):
     """Link unqueued block ``b`` right after ``at`` (a queued block or the head sentinel)."""
-    q = blk[at, NEXT]
-    blk[b, PREV] = at
-    blk[b, NEXT] = q
-    blk[at, NEXT] = b
-    blk[q, PREV] = b
+    q = _next(blk, at)
+    _set_prev(blk, b, at)
+    _set_next(blk, b, q)
+    _set_next(blk, at, b)
+    _set_prev(blk, q, b)
 
 
 def _append(blk, b):
     """Link unqueued block ``b`` at the tail (evicted last)."""
     tail = blk.shape[0] - 1
-    _link_after(blk, blk[tail, PREV], b)
+    _link_after(blk, _prev(blk, tail), b)
 
 
 def _first_bad_id(ids, n):
@@ -475,9 +519,9 @@ def _add_entry(blk, blk64, ent, keys, meta, kid, b, units):
     ent[e, E_KEY] = kid
     ent[e, E_BNEXT] = -1
     _link_at_key_tail(ent, keys, kid, e, b)
-    first = blk[b, FIRST]
+    first = _first(blk, b)
     if first == -1:
-        blk[b, FIRST] = e
+        _set_first(blk, b, e)
         blk64[b, TOKENS] = units
     else:
         while ent[first, E_BNEXT] != -1:
@@ -503,7 +547,7 @@ def _unlink_from_key(ent, keys, e):
 
 def _block_has_key(blk, ent, b, kid):
     """Whether the pair (``kid``, ``b``) is in the index (walks the block's short chain)."""
-    e = blk[b, FIRST]
+    e = _first(blk, b)
     while e != -1:
         if ent[e, E_KEY] == kid:
             return True
@@ -517,7 +561,7 @@ def _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on):
     One ``EV_REMOVED`` record per key when ``events_on``. A key left without blocks leaves the
     table; its row is freed now, or marked pending when an event must still read its bytes.
     """
-    e = blk[b, FIRST]
+    e = _first(blk, b)
     while e != -1:
         nxt = ent[e, E_BNEXT]
         kid = ent[e, E_KEY]
@@ -535,7 +579,7 @@ def _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on):
         meta[M_ENT_FREE] = e
         meta[M_ENT_USED] -= 1
         e = nxt
-    blk[b, FIRST] = -1
+    _set_first(blk, b, -1)
     blk64[b, TOKENS] = 0
 
 
@@ -619,18 +663,18 @@ def get_new_blocks_unkeyed(blk, meta, out, n):
     if refused:
         return refused
     head = blk.shape[0] - 2
-    b = blk[head, NEXT]
+    b = _next(blk, head)
     for i in range(n):  # read-only pass: the ids, and whether any needs eviction
-        if blk[b, FIRST] != -1:
+        if _first(blk, b) != -1:
             return -NEED_FULL
         out[i] = b
-        b = blk[b, NEXT]
-    blk[head, NEXT] = b
-    blk[b, PREV] = head
+        b = _next(blk, b)
+    _set_next(blk, head, b)
+    _set_prev(blk, b, head)
     for i in range(n):
         popped = out[i]
-        blk[popped, PREV] = -1
-        blk[popped, NEXT] = -1
+        _set_prev(blk, popped, -1)
+        _set_next(blk, popped, -1)
         blk[popped, REF] = 1
     meta[M_NUM_FREE] -= n
     return int(out[0]) if n > 0 else 0
@@ -691,15 +735,15 @@ def _pop_front(blk, blk64, ent, keys, table, meta, events, out, fired, n, cachin
     :data:`AHEAD` blocks ahead, table slots half that). The outcome is that of popping the
     blocks one by one: the same ids, order, keys removed (and their events) and watchers."""
     head = blk.shape[0] - 2
-    b = blk[head, NEXT]
+    b = _next(blk, head)
     for i in range(n):
         out[i] = b
         _prefetch(blk64, b)
         if caching:
-            _prefetch(ent, blk[b, FIRST])
-        b = blk[b, NEXT]
-    blk[head, NEXT] = b
-    blk[b, PREV] = head
+            _prefetch(ent, _first(blk, b))
+        b = _next(blk, b)
+    _set_next(blk, head, b)
+    _set_prev(blk, b, head)
     mask = table.shape[0] - 1
     num_fired = 0
     for i in range(n):
@@ -707,14 +751,14 @@ def _pop_front(blk, blk64, ent, keys, table, meta, events, out, fired, n, cachin
             _prefetch_eviction(blk, ent, keys, table, out, i + AHEAD, n, mask, False)
             _prefetch_eviction(blk, ent, keys, table, out, i + AHEAD // 2, n, mask, True)
         b = out[i]
-        blk[b, PREV] = -1
-        blk[b, NEXT] = -1
+        _set_prev(blk, b, -1)
+        _set_next(blk, b, -1)
         if blk64[b, WATCH] != 0:
             fired[num_fired] = b
             num_fired += 1
             blk64[b, WATCH] = 0
             meta[M_NUM_WATCHERS] -= 1
-        if caching and blk[b, FIRST] != -1:
+        if caching and _first(blk, b) != -1:
             _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
         blk[b, REF] = 1
     meta[M_NUM_FREE] -= n
@@ -726,7 +770,7 @@ def _prefetch_eviction(blk, ent, keys, table, out, j, n, mask, slot):
     (``slot``) the home table slot of that key. Reads only rows an earlier stage prefetched;
     the block's own eviction has not run yet, so its entry and key rows are live."""
     if j < n:
-        e = blk[out[j], FIRST]
+        e = _first(blk, out[j])
         if e != -1:
             kid = ent[e, E_KEY]
             if slot:
@@ -819,7 +863,7 @@ def _release(blk, b, caching, cursor):
     r = blk[b, REF] - 1
     blk[b, REF] = r
     if r == 0:
-        if caching and blk[b, FIRST] != -1:
+        if caching and _first(blk, b) != -1:
             _append(blk, b)
         else:
             _link_after(blk, cursor, b)
@@ -1013,7 +1057,7 @@ def _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask)
         elif mark & 2 == 0:
             if blk[b, REF] == 0:
                 code = ERR_FREE_BLOCK
-            elif blk[b, FIRST] != -1 and blk64[b, TOKENS] >= (num_cached + i + 1) * ratio:
+            elif _first(blk, b) != -1 and blk64[b, TOKENS] >= (num_cached + i + 1) * ratio:
                 code = ERR_KEYED
         if code != OK:
             meta[M_ERR_INDEX] = i
@@ -1031,7 +1075,7 @@ def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, can
         b = cand[i]
         length = lens[i]
         if b != 0 and not (use_mask and mask[i] == 0):
-            if blk[b, FIRST] != -1:
+            if _first(blk, b) != -1:
                 _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
             h = _hash_key(buf, off, length, group)
             kid = _find_key(keys, key_bytes, table, buf, off, length, group, h)
@@ -1118,11 +1162,11 @@ def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, ou
     if not _cache_arguments_ok(lens, mask, m, num_cached, ratio, group, use_mask, longest):
         return ERR_ARGUMENT
     head = num_blocks
-    b = blk[head, NEXT]
+    b = _next(blk, head)
     for i in range(n):  # peek at the blocks the allocation will pop
         out[i] = b
         blk[b, MARK] = 2
-        b = blk[b, NEXT]
+        b = _next(blk, b)
     for i in range(num_old, m):
         cand[i] = out[first_new + i - num_old]
     code = _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask)
@@ -1274,7 +1318,7 @@ def _check_step_items(blk, blk64, plan, m, total, ratio):
                 prev = (mark >> 1) - 1
                 if prev >= 0:
                     current = units[prev]
-                elif blk[b, FIRST] != -1:
+                elif _first(blk, b) != -1:
                     current = blk64[b, TOKENS]
                 else:
                     current = -1
@@ -1309,10 +1353,10 @@ def _check_releases(blk, freed, n):
     if freed.shape[0] == 0:
         return OK
     head = blk.shape[0] - 2
-    b = blk[head, NEXT]
+    b = _next(blk, head)
     for _ in range(n):
         blk[b, MARK] = MARK_POPPED
-        b = blk[b, NEXT]
+        b = _next(blk, b)
     for i in range(freed.shape[0]):
         if freed[i] != 0:
             blk[freed[i], MARK] += 1
@@ -1325,10 +1369,10 @@ def _check_releases(blk, freed, n):
             code = ERR_DOUBLE_FREE
     for i in range(freed.shape[0]):
         blk[freed[i], MARK] = 0
-    b = blk[head, NEXT]
+    b = _next(blk, head)
     for _ in range(n):
         blk[b, MARK] = 0
-        b = blk[b, NEXT]
+        b = _next(blk, b)
     return code
 
 
@@ -1463,7 +1507,7 @@ def cache_partial_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b
     h = _hash_key(buf, 0, length, group)
     kid = _find_key(keys, key_bytes, table, buf, 0, length, group, h)
     already = kid != -1 and _block_has_key(blk, ent, b, kid)
-    grows = not already and blk[b, FIRST] != -1 and blk64[b, TOKENS] < units
+    grows = not already and _first(blk, b) != -1 and blk64[b, TOKENS] < units
     if replace or grows:
         _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
         already = False
@@ -1490,7 +1534,7 @@ def move_block_hashes(blk, blk64, ent, keys, meta, src, dst):
     n = blk.shape[0] - 2
     if src <= 0 or src >= n or dst <= 0 or dst >= n or src == dst:
         return ERR_ARGUMENT
-    if blk[dst, FIRST] != -1:
+    if _first(blk, dst) != -1:
         return ERR_DST_KEYED
     if blk[src, REF] == 0:
         meta[M_ERR_INDEX] = 0
@@ -1498,10 +1542,10 @@ def move_block_hashes(blk, blk64, ent, keys, meta, src, dst):
     if blk[dst, REF] == 0:
         meta[M_ERR_INDEX] = 1
         return ERR_FREE_BLOCK
-    e = blk[src, FIRST]
-    blk[dst, FIRST] = e
+    e = _first(blk, src)
+    _set_first(blk, dst, e)
     blk64[dst, TOKENS] = blk64[src, TOKENS]
-    blk[src, FIRST] = -1
+    _set_first(blk, src, -1)
     blk64[src, TOKENS] = 0
     while e != -1:
         kid = ent[e, E_KEY]
@@ -1553,7 +1597,7 @@ def reset_prefix_cache(blk, blk64, ent, keys, table, meta, events, fired, events
     for e in range(meta[M_ENT_HIGH]):
         b = ent[e, E_BLOCK]
         if b >= 0:
-            blk[b, FIRST] = -1
+            _set_first(blk, b, -1)
             blk64[b, TOKENS] = 0
     for i in range(table.shape[0]):
         table[i] = -1
@@ -1589,7 +1633,7 @@ def block_is_writable(blk, b):
     blk = _raw(blk)
     if b <= 0 or b >= blk.shape[0] - 2:
         return False
-    return bool(blk[b, REF] == 1 and blk[b, FIRST] == -1)
+    return bool(blk[b, REF] == 1 and _first(blk, b) == -1)
 
 
 def queue_order(blk, out):
@@ -1597,12 +1641,12 @@ def queue_order(blk, out):
     blk, out = _raw(blk), _raw(out)
     head = blk.shape[0] - 2
     tail = head + 1
-    b = blk[head, NEXT]
+    b = _next(blk, head)
     i = 0
     while b != tail and i < out.shape[0]:
         out[i] = b
         i += 1
-        b = blk[b, NEXT]
+        b = _next(blk, b)
     return i
 
 

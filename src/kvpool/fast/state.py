@@ -7,7 +7,10 @@ about typed errors or requests: methods return the kernels' codes and raw values
 
 Memory at construction is ``N·(20 + 16 + 8)`` bytes (``blk``, ``blk64`` and the output
 scratch) plus small hash-index arrays that double when they fill up, so a pool that caches
-nothing never pays for keys. ``guard`` (tests only) surrounds every array with sentinel rows
+nothing never pays for keys. The block arrays are allocated zeroed and construction writes
+five rows of them (the relative encoding in :mod:`.kernels`), so building a pool of any size
+costs microseconds; the operating system supplies each page when a block on it is first
+used. ``guard`` (tests only) surrounds every array with sentinel rows
 so that a kernel writing out of bounds is caught by :meth:`guards_intact`; a tiny
 ``initial_rows`` (tests) makes the hash table collide and grow often.
 """
@@ -52,7 +55,9 @@ class FastState:
         self.kernels = kernel_set(jit)
         self._guard = int(guard)
         self._guarded: list[tuple[np.ndarray, np.ndarray]] = []
-        self.blk = self._alloc((n + 2, k.BLK_COLS), np.int32)
+        # Zeroed (calloc: zero pages on first touch): a zero row is a fresh block in the
+        # kernels' relative encoding, so init_state writes five rows whatever n is.
+        self.blk = self._alloc((n + 2, k.BLK_COLS), np.int32, fill=0)
         # Zero-filled by the allocator (calloc: pages are zeroed on first touch, not here).
         self.blk64 = self._alloc((n + 2, k.BLK64_COLS), np.int64, fill=0)
         self.meta = self._alloc((k.META_SIZE,), np.int64)
@@ -421,7 +426,7 @@ class FastState:
 
     def block_keys(self) -> dict[int, list[bytes]]:
         """Each keyed block's keys, primary first, then secondaries in insertion order."""
-        first = self.blk[: self.num_blocks, k.FIRST].tolist()
+        first = k._decoded_links(self.blk)[2][: self.num_blocks].tolist()
         bnext = self.ent[:, k.E_BNEXT].tolist()
         out: dict[int, list[bytes]] = {}
         for b, e in enumerate(first):

@@ -54,16 +54,16 @@ class _FastObserver:
         return self.blk[block_ids, k.REF].tolist()
 
     def key_tokens(self, block_id: int) -> int | None:
-        if self.blk[block_id, k.FIRST] == -1:
+        if k._first(self.blk, block_id) == -1:
             return None
         return int(self.blk64[block_id, k.TOKENS]) * self.hbs
 
     def queue_front(self, n: int) -> list[int]:
         blk, out = self.blk, []
-        b = int(blk[blk.shape[0] - 2, k.NEXT])
+        b = k._next(blk, blk.shape[0] - 2)
         for _ in range(n):
             out.append(b)
-            b = int(blk[b, k.NEXT])
+            b = k._next(blk, b)
         return out
 
 
