@@ -159,12 +159,39 @@ def as_block_id(value: object) -> int:
 def as_block_ids(blocks: Iterable[object]) -> tuple[int, ...]:
     """A batch of local block ids as a tuple of ints (numpy arrays take a fast path)."""
     if isinstance(blocks, np.ndarray):
-        if blocks.ndim != 1 or blocks.dtype.kind not in "iu":
-            raise InvalidBlockId(
-                f"block id array must be 1-D integer, got {blocks.dtype} {blocks.shape}"
-            )
+        check_id_array(blocks)
         return tuple(blocks.tolist())
     return tuple(as_block_id(b) for b in blocks)
+
+
+def check_id_array(blocks: np.ndarray) -> None:
+    """Raise :class:`InvalidBlockId` unless ``blocks`` is a 1-D integer array."""
+    if blocks.ndim != 1 or blocks.dtype.kind not in "iu":
+        raise InvalidBlockId(
+            f"block id array must be 1-D integer, got {blocks.dtype} {blocks.shape}"
+        )
+
+
+def candidate_table(to_ids: Callable[[Any], tuple[int, ...]], blocks: Iterable[object],
+                    num_cached: object, num_full: object) -> tuple[int, ...]:
+    """A block table as ``cache_full_blocks`` reads it: its length and its candidates.
+
+    Only the candidates ``blocks[num_cached:num_full]`` are read (BEHAVIOUR.md §6.6 step 2,
+    as in vLLM), so only they are converted, by ``to_ids``; every other position holds the
+    null id, which no check and no write reads. Converting the whole table instead made a
+    decode step's one-block cache write O(table length). Counts that are not a valid
+    non-empty range convert nothing: the spec's count checks raise, or the call is a no-op.
+    """
+    if isinstance(blocks, np.ndarray):
+        check_id_array(blocks)
+        table: Any = blocks
+    else:
+        table = blocks if type(blocks) is list or type(blocks) is tuple else tuple(blocks)
+    n = len(table)
+    if not (pre.is_count(num_cached) and pre.is_count(num_full) and num_cached < num_full):
+        return (NULL_BLOCK_ID,) * n
+    lo, hi = min(num_cached, n), min(num_full, n)
+    return (NULL_BLOCK_ID,) * lo + to_ids(table[lo:hi]) + (NULL_BLOCK_ID,) * (n - hi)
 
 
 def as_group_id(value: object) -> object:
@@ -569,7 +596,7 @@ class PoolShell:
         """Key the blocks at positions ``[num_cached_blocks, num_full_blocks)``; see the spec."""
         self._refuse_reentry("cache_full_blocks")
         hashes = request_block_hashes(request)
-        ids = self._local_ids(blocks)
+        ids = candidate_table(self._local_ids, blocks, num_cached_blocks, num_full_blocks)
         group_id = as_group_id(kv_cache_group_id)
         mask = as_mask(block_mask)
         self.check_hashes(hashes, len(ids), num_cached_blocks, num_full_blocks, block_size,

@@ -340,7 +340,7 @@ def test_step_errors_are_those_of_the_first_failing_verb_and_change_nothing():
         ([(r, [held[0], 99], 0, 2)], 0, [], InvalidBlockId),
         ([(r, [held[0], held[0]], 0, 2)], 0, [], InvalidArgument),
         ([(r, [held[0], free], 0, 2)], 0, [], HashStateError),
-        ([(r, [held[0], 1.5], 0, 1)], 0, [], InvalidBlockId),  # junk outside the candidates
+        ([(r, [1.5, held[1]], 0, 1)], 0, [], InvalidBlockId),  # junk among the candidates
         ([(r, held, 0, 4)], 0, [], InvalidArgument),
         ([(r, held, -1, 2)], 0, [], InvalidArgument),
         ([(r, held, 0, 2)], 99, [], NoFreeBlocks),
@@ -354,9 +354,10 @@ def test_step_errors_are_those_of_the_first_failing_verb_and_change_nothing():
             pools.step(items, n, tables, HBS, 0)
     with pytest.raises(InvalidArgument):
         pools.step([(r, held, 0, 1)], 0, [], 3, 0)
-    # An item that caches nothing still has its table converted.
-    with pytest.raises(InvalidBlockId):
-        pools.step([(r, ["junk"], 1, 1)], 0, [], HBS, 0)
+    # Only the candidates of a table are read (shell.candidate_table): junk outside them,
+    # or in the table of an item that caches nothing, is not looked at.
+    pools.step([(r, ["junk"], 1, 1)], 0, [], HBS, 0)
+    pools.step([(r, [1.5, "junk", held[2]], 2, 3)], 0, [], HBS, 0)
     pools.step([(r, held, 1, 1)], 0, [], HBS, 0)
     # A BlockRef to the pool itself is one of its blocks.
     pools.call("step", per_pool=lambda pool, log: (

@@ -200,8 +200,10 @@ def test_full_caching_promotes_a_partial_entry_and_emits_one_stored_event(events
         t.cache_full_blocks(r, blocks, 0, 3, 24, 0)
     with pytest.raises(InvalidBlockId):
         t.cache_full_blocks(r, [blocks[0], -3], 1, 2, 16, 0)
-    with pytest.raises(InvalidBlockId):  # converted by the shell before any check
-        t.cache_full_blocks(r, [blocks[0], "junk"], 2, 2, 16, 0)
+    with pytest.raises(InvalidBlockId):  # a candidate is converted before any check
+        t.cache_full_blocks(r, [blocks[0], "junk"], 1, 2, 16, 0)
+    # Only the candidates are read (shell.candidate_table): junk elsewhere is not looked at.
+    t.cache_full_blocks(r, [blocks[0], "junk"], 2, 2, 16, 0)
     t.cache_full_blocks(r, blocks, 3, 1, 16, 0)  # num_cached >= num_full: no-op
     t.free_blocks([blocks[2]])
     with pytest.raises(HashStateError):

@@ -47,7 +47,7 @@ from kvpool.batch.checks import (
 )
 from kvpool.batch.observe import Observer, observe
 from kvpool.errors import CallbackError
-from kvpool.shell import request_block_hashes
+from kvpool.shell import candidate_table, request_block_hashes
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
 
@@ -278,7 +278,8 @@ def allocate_and_cache(
     )
     if error:
         raise error
-    old = table_ids(pool, table)
+    old = candidate_table(lambda part: table_ids(pool, part), table, num_cached_blocks,
+                          num_full_blocks)
     error = write_rejection(pool, request, hashes, num_cached_blocks, num_full_blocks,
                             block_size, kv_cache_group_id)
     if error:

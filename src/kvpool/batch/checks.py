@@ -29,7 +29,13 @@ from kvpool.errors import (
     NoFreeBlocks,
 )
 from kvpool.events import stored_rejection
-from kvpool.shell import BlockRef, as_block_id, as_block_ids, request_block_hashes
+from kvpool.shell import (
+    BlockRef,
+    as_block_id,
+    as_block_ids,
+    candidate_table,
+    request_block_hashes,
+)
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
 
@@ -397,7 +403,8 @@ def checked_step(
         for item in cache_items:
             request, blocks, num_cached, num_full = cache_item(item)
             hashes = request_block_hashes(request)
-            ids = blocks if is_int_array(blocks) else table_ids(pool, blocks)
+            ids = blocks if is_int_array(blocks) else candidate_table(
+                lambda part: table_ids(pool, part), blocks, num_cached, num_full)
             error = cache_arguments_rejection(
                 pool.enable_caching, pool.hash_block_size, len(hashes),
                 len(ids), num_cached, num_full, block_size, kv_cache_group_id, None,

@@ -295,10 +295,11 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                           block_mask: Sequence[object] | None = None) -> None:
         """Key the blocks at positions ``[num_cached_blocks, num_full_blocks)``; see the spec.
 
-        Lean path for the common call (a list of ints, plain int arguments that pass every
-        argument check, ``block_size == hash_block_size``, no mask); anything else goes
-        through the shell, whose checks then raise in the spec's order. O(len(blocks)) for
-        the type check of the table, O(candidates) otherwise.
+        Lean path for the common call (candidates that are plain ints in a list, plain int
+        arguments that pass every argument check, ``block_size == hash_block_size``, no
+        mask); anything else goes through the shell, whose checks then raise in the spec's
+        order. Only the candidates are read (:func:`~kvpool.shell.candidate_table`), so a
+        decode step's one-block write is O(1) however long the table. O(candidates).
         """
         if self._delivering:
             self._refuse_reentry("cache_full_blocks")
@@ -310,8 +311,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 and block_size == self.hash_block_size and type(block_size) is int
                 and 0 <= num_cached < num_full <= len(blocks) and num_full <= len(hashes)
                 and 0 <= kv_cache_group_id <= MAX_GROUP_ID
-                and set(map(type, blocks)) == _INT_ONLY):
-            values = blocks[num_cached:num_full]
+                and set(map(type, values := blocks[num_cached:num_full])) == _INT_ONLY):
             selected = hashes[num_cached:num_full]
             if len(values) == 1 and type(selected[0]) is bytes:
                 h = selected[0]
@@ -333,8 +333,15 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                     cand = np.array(values, dtype=np.int64)
                 except OverflowError:
                     raise self._first_bad_id(values) from None
-            code = self._st.cache_full(cand, None, buf, lens, num_cached, 1, kv_cache_group_id,
-                                       max_len)
+            # The bound kernel directly: it refuses (ERR_CAPACITY, nothing changed) when an
+            # array must grow first, which st.cache_full then does before calling it again.
+            st = self._st
+            code = (st._batch or st._batch_kernels())[2](
+                cand, st.no_mask, buf, lens, num_cached, 1, kv_cache_group_id, False,
+                self.enable_kv_cache_events)
+            if code == k.ERR_CAPACITY:
+                code = self._st.cache_full(cand, None, buf, lens, num_cached, 1,
+                                           kv_cache_group_id, max_len)
             if code:
                 raise self._candidate_error(code, values, num_cached, block_size)
             if self.enable_kv_cache_events:

@@ -69,7 +69,7 @@ class FastState:
         self.table = self._alloc((2 * rows,), np.int64, fill=-1)
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
         self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
-        self._batch: tuple[Any, Any] | None = None  # _batch_kernels(), likewise
+        self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
         self.no_ids = np.empty(0, np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
@@ -299,14 +299,16 @@ class FastState:
             mask is not None, self.enable_events, dry_run,
         )
 
-    def _batch_kernels(self) -> tuple[Any, Any]:
-        """``admit_request`` and ``run_step`` with the index arrays and ``out`` bound: one
-        C-level call per verb (rebound when an array grows)."""
+    def _batch_kernels(self) -> tuple[Any, Any, Any]:
+        """``admit_request`` and ``run_step`` with the index arrays and ``out`` bound, and
+        ``cache_full_blocks`` with the index arrays bound: one C-level call per verb
+        (rebound when an array grows)."""
         bound = self._batch
         if bound is None:
             idx, ks = self._index(), self.kernels
             bound = self._batch = (partial(ks.admit_request, *idx, self.out),
-                                   partial(ks.run_step, *idx, self.out))
+                                   partial(ks.run_step, *idx, self.out),
+                                   partial(ks.cache_full_blocks, *idx))
         return bound
 
     def admit(self, memo: np.ndarray, known: int, buf: np.ndarray, lens: np.ndarray,

@@ -27,7 +27,7 @@ from kvpool.batch.checks import write_rejection
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.keys import MAX_GROUP_ID
-from kvpool.shell import as_mask, request_block_hashes
+from kvpool.shell import as_mask, candidate_table, request_block_hashes
 from kvpool.spec.records import RemovedRecord
 
 if TYPE_CHECKING:
@@ -153,12 +153,14 @@ class FastBatchVerbs:
         num_cached, num_full = num_cached_blocks, num_full_blocks
         ratio = self._cache_arguments(hashes, len(table) + n, num_cached,  # type: ignore[attr-defined]
                                       num_full, block_size, kv_cache_group_id, mask)
-        # After the argument checks, as the composition converts ``blocks`` (a list of
-        # plain ints needs no conversion).
-        if type(table) is list and (not table or set(map(type, table)) == _INT_ONLY):
+        # After the argument checks, as the composition converts ``blocks``: its candidates
+        # only (shell.candidate_table; a list of plain ints needs no conversion).
+        head = table[num_cached:num_full] if ratio else ()
+        if type(table) is list and set(map(type, head)) <= _INT_ONLY:
             old = table
         else:
-            old = self._local_ids(table)  # type: ignore[attr-defined]
+            old = candidate_table(self._local_ids, table,  # type: ignore[attr-defined]
+                                  num_cached, num_full)
         if not ratio:
             return self.get_new_blocks(n)  # type: ignore[attr-defined]
         error = write_rejection(self, request, hashes, num_cached, num_full, block_size,
