@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from kvpool.errors import InvalidArgument
+from kvpool.hashing.raw import pack_int32
 
 MAX_TOKEN_ID = 2**63 - 1
 """Largest token id a request accepts: token ids are non-negative and fit int64 (what vLLM's
@@ -82,9 +83,13 @@ class Request:
     _embeds_digests: dict[tuple[int, int], bytes] = field(
         default_factory=dict, init=False, repr=False
     )
+    # The prompt packed as the raw hash modes encode it (pack_int32), set only while
+    # __post_init__ runs the block hasher: the prompt list is the caller's to mutate later.
+    _packed_prompt: bytes | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.prompt_token_ids = as_token_ids(self.prompt_token_ids, "prompt_token_ids")
+        self.prompt_token_ids, packed = _checked_tokens(self.prompt_token_ids,
+                                                        "prompt_token_ids", 0, pack=True)
         self.output_token_ids = as_token_ids(self.output_token_ids, "output_token_ids")
         if isinstance(self.mm_features, (str, bytes)) or not isinstance(self.mm_features, Iterable):
             raise InvalidArgument(
@@ -99,7 +104,11 @@ class Request:
                 raise InvalidArgument(f"{name} must be a str or None, got {value!r}")
         _check_prompt_embeds(self.prompt_embeds, len(self.prompt_token_ids))
         if self.block_hasher is not None:
-            self.block_hashes.extend(self.block_hasher(self))
+            self._packed_prompt = packed  # for the hasher, in this call only: never stale
+            try:
+                self.block_hashes.extend(self.block_hasher(self))
+            finally:
+                self._packed_prompt = None
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -161,6 +170,21 @@ def as_token_ids(values: Any, what: str = "token_ids", start: int = 0) -> list[i
     ``None``, negative or larger ids — raises :class:`InvalidArgument` naming the token's
     position in the request (``start`` + index). O(len(values)).
     """
+    return _checked_tokens(values, what, start, pack=False)[0]
+
+
+_PACK_AT_LEAST = 64
+"""Shortest token list :func:`_checked_tokens` checks by packing: below it, numpy's fixed cost
+per call exceeds the ``min``/``max`` passes it replaces."""
+
+
+def _checked_tokens(values: Any, what: str, start: int,
+                    pack: bool) -> tuple[list[int], bytes | None]:
+    """:func:`as_token_ids`, and with ``pack`` the tokens as
+    :func:`~kvpool.hashing.raw.pack_int32` bytes (``None`` if some token is outside int32 or
+    the list is short). Packing is how the range is checked then, in place of the ``min`` and
+    ``max`` passes (about the same cost), so the raw hash modes get the packed prompt for
+    free instead of packing it again."""
     if isinstance(values, np.ndarray):
         if values.ndim != 1 or values.dtype.kind not in "iu":
             raise InvalidArgument(
@@ -180,12 +204,19 @@ def as_token_ids(values: Any, what: str = "token_ids", start: int = 0) -> list[i
                         "not an int"
                     )
                 tokens[i] = int(t)
+    if pack and len(tokens) >= _PACK_AT_LEAST:
+        try:
+            packed = pack_int32(tokens)  # every token is an int here: only OverflowError
+        except OverflowError:
+            packed = None
+        if packed is not None and int(np.frombuffer(packed, "<i4").min()) >= 0:
+            return tokens, packed  # all in [0, 2**31): inside [0, MAX_TOKEN_ID]
     if tokens and (min(tokens) < 0 or max(tokens) > MAX_TOKEN_ID):
         i, t = next((i, t) for i, t in enumerate(tokens) if not 0 <= t <= MAX_TOKEN_ID)
         raise InvalidArgument(
             f"token {start + i} ({what}[{i}]) is {t}, outside [0, {MAX_TOKEN_ID}]"
         )
-    return tokens
+    return tokens, None
 
 
 def _check_lora_request(lora: Any) -> None:

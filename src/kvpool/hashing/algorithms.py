@@ -24,7 +24,7 @@ from kvpool.hashing.functions import (
     sha256_cbor,
     sha256_digest,
 )
-from kvpool.hashing.raw import ChainFunction, raw_chain, raw_hash
+from kvpool.hashing.raw import ChainFunction, PackedChainFunction, raw_chain, raw_hash
 
 DEFAULT_HASH_ALGORITHM = "sha256"
 
@@ -36,7 +36,10 @@ class HashAlgorithm:
     ``cryptographic`` decides the default NONE_HASH seed (§2): collision-resistant
     algorithms may use a fixed, public seed; the others need a secret, random one.
     ``chain``, when present, hashes many consecutive blocks in one call and must return
-    exactly what per-block hashing of ``(parent, tuple(tokens), extra_keys)`` returns.
+    exactly what per-block hashing of ``(parent, tuple(tokens), extra_keys)`` returns;
+    ``packed_chain`` does the same for tokens packed by
+    :func:`~kvpool.hashing.raw.pack_int32` and no extra keys (the raw modes, whose encoding
+    is that packing).
     """
 
     name: str
@@ -45,6 +48,7 @@ class HashAlgorithm:
     cryptographic: bool
     vllm_compatible: bool
     chain: ChainFunction | None = None
+    packed_chain: PackedChainFunction | None = None
 
 
 def _sha256() -> HashAlgorithm:
@@ -70,30 +74,34 @@ def _xxhash_cbor() -> HashAlgorithm:
 
 
 def _sha256_raw() -> HashAlgorithm:
+    chain, packed_chain = raw_chain(sha256_digest, 32, new_hash=hashlib.sha256)
     return HashAlgorithm(
         "sha256_raw",
         raw_hash(sha256_digest),
         32,
         cryptographic=True,
         vllm_compatible=False,
-        chain=raw_chain(sha256_digest, 32, new_hash=hashlib.sha256),
+        chain=chain,
+        packed_chain=packed_chain,
     )
 
 
 def _xxhash_raw() -> HashAlgorithm:
     digest = load_xxh3_128_digest()
+    chain, packed_chain = raw_chain(digest, 16)
     return HashAlgorithm(
         "xxhash_raw",
         raw_hash(digest),
         16,
         cryptographic=False,
         vllm_compatible=False,
-        chain=raw_chain(digest, 16),
+        chain=chain,
+        packed_chain=packed_chain,
     )
 
 
 def _kvhash_raw() -> HashAlgorithm:
-    from kvpool.hashing.native import DIGEST_SIZE, kvhash, kvhash_chain
+    from kvpool.hashing.native import DIGEST_SIZE, kvhash, kvhash_chain, kvhash_chain_packed
 
     return HashAlgorithm(
         "kvhash_raw",
@@ -102,6 +110,7 @@ def _kvhash_raw() -> HashAlgorithm:
         cryptographic=False,
         vllm_compatible=False,
         chain=kvhash_chain,
+        packed_chain=kvhash_chain_packed,
     )
 
 

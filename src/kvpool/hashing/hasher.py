@@ -128,6 +128,22 @@ class BlockHasher:
         parent = parent_block_hash or self.none_hash
         if self.algorithm.chain is not None:
             return self.algorithm.chain(parent, token_ids, block_size, extra_keys)
+        return self._hash_per_block(parent, token_ids, block_size, num_blocks, extra_keys)
+
+    def hash_packed_blocks(self, parent_block_hash: bytes | None, packed: bytes,
+                           block_size: int) -> list[bytes] | None:
+        """:meth:`hash_blocks` of tokens packed by :func:`~kvpool.hashing.raw.pack_int32`,
+        without extra keys, or ``None`` when the algorithm hashes something else than that
+        packing (the vLLM-compatible ones pickle tuples): the caller then passes the tokens.
+        A request packs its prompt while validating it, so the raw modes skip a second
+        pass over the tokens. O(len(packed))."""
+        packed_chain = self.algorithm.packed_chain
+        if packed_chain is None:
+            return None
+        return packed_chain(parent_block_hash or self.none_hash, packed, block_size)
+
+    def _hash_per_block(self, parent: bytes, token_ids: Sequence[int], block_size: int,
+                        num_blocks: int, extra_keys: Sequence[Any] | None) -> list[bytes]:
         hash_fn = self._hash_fn
         hashes: list[bytes] = []
         for i in range(num_blocks):

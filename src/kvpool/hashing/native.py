@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from kvpool.hashing.raw import _INT32, _pack_ints, encode_raw
+from kvpool.hashing.raw import encode_raw, pack_int32
 
 DIGEST_SIZE = 16
 _M63 = 0x7FFFFFFFFFFFFFFF
@@ -179,11 +179,20 @@ def kvhash_chain(parent: bytes, tokens: Sequence[int], block_size: int,
     packed = None
     if extra_keys is None or all(key is None for key in extra_keys):
         try:
-            packed = _pack_ints(_INT32, tokens[: num_blocks * block_size])
+            packed = pack_int32(tokens[: num_blocks * block_size])
         except (OverflowError, TypeError):
             packed = None
     if packed is None:
         return _per_block(parent, tokens, block_size, extra_keys)
+    return kvhash_chain_packed(parent, packed, block_size)
+
+
+def kvhash_chain_packed(parent: bytes, packed: bytes, block_size: int) -> list[bytes]:
+    """:func:`kvhash_chain` of tokens packed already (:func:`~kvpool.hashing.raw.pack_int32`),
+    no extra keys."""
+    num_blocks = len(packed) // (4 * block_size)
+    if num_blocks == 0:
+        return []
     out = np.empty((num_blocks, DIGEST_SIZE), np.uint8)
     scratch = np.empty(26 + max(len(parent), DIGEST_SIZE) + 4 * block_size, np.uint8)
     chain_blocks(np.frombuffer(parent, np.uint8), np.frombuffer(packed, np.uint8), block_size,
@@ -203,4 +212,4 @@ def _per_block(parent: bytes, tokens: Sequence[int], block_size: int,
     return hashes
 
 
-__all__ = ["DIGEST_SIZE", "kvhash", "kvhash_chain"]
+__all__ = ["DIGEST_SIZE", "kvhash", "kvhash_chain", "kvhash_chain_packed"]

@@ -54,6 +54,10 @@ _INT64_MAX = 2**63 - 1
 ChainFunction = Callable[[bytes, Sequence[int], int, Sequence[Any] | None], list[bytes]]
 """``(parent, tokens, block_size, extra_keys per block or None) -> one hash per full block``."""
 
+PackedChainFunction = Callable[[bytes, bytes, int], list[bytes]]
+"""``(parent, tokens packed by pack_int32, block_size) -> one hash per full block``, no extra
+keys: what a :data:`ChainFunction` returns for the same tokens, minus their packing."""
+
 
 def _u32(value: int) -> bytes:
     return value.to_bytes(4, "little")
@@ -65,6 +69,13 @@ def _pack_ints(typecode: str, values: Sequence[int]) -> bytes:
     if _BIG_ENDIAN:
         packed.byteswap()
     return packed.tobytes()
+
+
+def pack_int32(values: Sequence[int]) -> bytes:
+    """Token ids as the raw encoding stores a sequence of them: little-endian int32, one
+    C-level pass. Raises ``OverflowError`` for an id outside int32 (and ``TypeError`` for a
+    value that is not an int); callers then take the per-block path."""
+    return _pack_ints(_INT32, values)
 
 
 def _encode_sequence(values: Sequence[Any]) -> bytes:
@@ -124,16 +135,17 @@ def raw_chain(
     digest_size: int,
     *,
     new_hash: Callable[[bytes], Any] | None = None,
-) -> ChainFunction:
+) -> tuple[ChainFunction, PackedChainFunction]:
     """Hash consecutive full blocks in one pass; equal to hashing each block's 3-tuple.
 
-    The token ids of all blocks are packed once (one C-level conversion) instead of being
-    put in a tuple and pickled once per block. If any token does not fit in 32 bits the
-    whole-sequence packing fails and every block is encoded on its own instead, so each block
-    keeps its canonical per-block encoding. ``new_hash`` (e.g. ``hashlib.sha256``) may stand
-    in for ``digest`` as ``new_hash(data).digest()``, which saves a Python call per block
-    when the digest has no one-call C function. ``parent`` must be truthy (the caller
-    substitutes NONE_HASH).
+    The token ids of all blocks are packed once (one C-level conversion, :func:`pack_int32`)
+    instead of being put in a tuple and pickled once per block; the second function returned
+    takes tokens packed already (a request packs its prompt while validating it). If any
+    token does not fit in 32 bits the whole-sequence packing fails and every block is
+    encoded on its own instead, so each block keeps its canonical per-block encoding.
+    ``new_hash`` (e.g. ``hashlib.sha256``) may stand in for ``digest`` as
+    ``new_hash(data).digest()``, which saves a Python call per block when the digest has no
+    one-call C function. ``parent`` must be truthy (the caller substitutes NONE_HASH).
     """
     digest_prefix = _BLOCK_PREFIX + _u32(digest_size)
 
@@ -147,9 +159,20 @@ def raw_chain(
         if num_blocks == 0:
             return []
         try:
-            packed = _pack_ints(_INT32, tokens[: num_blocks * block_size])
+            packed = pack_int32(tokens[: num_blocks * block_size])
         except (OverflowError, TypeError):
             return _chain_per_block(digest, parent, tokens, block_size, extra_keys)
+        return chain_packed(parent, packed, block_size, extra_keys)
+
+    def chain_packed(
+        parent: bytes,
+        packed: bytes,
+        block_size: int,
+        extra_keys: Sequence[Any] | None = None,
+    ) -> list[bytes]:
+        num_blocks = len(packed) // (4 * block_size)
+        if num_blocks == 0:
+            return []
         width = 4 * block_size
         tokens_header = b"i" + _u32(block_size)
         # Everything after the parent is known up front. Building it first leaves the serial
@@ -176,7 +199,7 @@ def raw_chain(
             hashes += [previous := digest(digest_prefix + previous + body) for body in bodies[1:]]
         return hashes
 
-    return chain
+    return chain, chain_packed
 
 
 def _chain_per_block(
@@ -196,4 +219,12 @@ def _chain_per_block(
     return hashes
 
 
-__all__ = ["RAW_FORMAT_VERSION", "ChainFunction", "encode_raw", "raw_chain", "raw_hash"]
+__all__ = [
+    "RAW_FORMAT_VERSION",
+    "ChainFunction",
+    "PackedChainFunction",
+    "encode_raw",
+    "pack_int32",
+    "raw_chain",
+    "raw_hash",
+]

@@ -67,6 +67,11 @@ def get_request_block_hasher(
         if (lookahead == 0 and type(request) is Request and type(request.prompt_token_ids)
                 is list and type(request.output_token_ids) is list
                 and not need_extra_keys(request)):
+            packed = request._packed_prompt  # set only while the request is being built
+            if packed is not None and 4 * stop <= len(packed):
+                hashes = hasher.hash_packed_blocks(parent, packed[4 * start : 4 * stop], hbs)
+                if hashes is not None:
+                    return hashes
             # The new tokens only: ``all_token_ids`` copies the whole sequence (a decode
             # step fills one block of a sequence thousands of tokens long).
             return hasher.hash_blocks(parent, _token_slice(request, start, stop), hbs)

@@ -51,7 +51,9 @@ pool reads them without converting element by element.
 **Time.** ``pool_s`` sums ``perf_counter`` deltas around each pool call (including two timer
 reads per call; a batch verb is one call); ``pool_cpu_s`` the same with ``thread_time``;
 ``wall_s`` is the whole replay, hashing and bookkeeping included, and ``hash_s`` (CPU:
-``hash_cpu_s``) the part of it spent hashing blocks. None includes building the pool.
+``hash_cpu_s``) the part of it spent building requests and hashing blocks (as the vLLM kit
+times it: a request hashes its prompt's full blocks as it is built, from the tokens it has
+just checked). None includes building the pool.
 """
 
 from __future__ import annotations
@@ -267,6 +269,20 @@ class _Driver(TimedCalls):
         self.hash_s += time.perf_counter() - began
         self.hash_cpu_s += time.thread_time() - cpu
 
+    def _new_request(self, spec: TraceRequest) -> Request:
+        """A trace request's :class:`Request`; with caching on, its prompt's full blocks are
+        hashed as it is built (the raw hash modes then reuse the packing that checked the
+        tokens), and later blocks by :meth:`_hash_new_blocks`, once computed."""
+        if not self.caching:
+            return Request(spec.id, list(spec.prompt))
+        cpu = time.thread_time()
+        began = time.perf_counter()
+        request = Request(spec.id, list(spec.prompt), block_hasher=self.block_hasher)
+        request.block_hasher = None  # a sampled token must not hash the block it fills
+        self.hash_s += time.perf_counter() - began
+        self.hash_cpu_s += time.thread_time() - cpu
+        return request
+
     def _allocated(self, blocks: list[int]) -> None:
         keyed, held = self.keyed, self.held
         for b in blocks:
@@ -377,9 +393,7 @@ class _Driver(TimedCalls):
         while waiting and len(self.running) < self.max_running:
             spec, request = waiting[0]
             if request is None:
-                request = Request(spec.id, list(spec.prompt))
-                if self.caching:
-                    self._hash_new_blocks(request)
+                request = self._new_request(spec)
                 waiting[0] = (spec, request)
             prompt_len = len(spec.prompt)
             prompt_blocks = _cdiv(prompt_len, bs)
