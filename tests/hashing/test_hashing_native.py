@@ -75,3 +75,30 @@ def test_the_seed_changes_every_hash(seed):
     tokens = list(range(64))
     assert set(BlockHasher("kvhash_raw", seed=seed).hash_blocks(None, tokens, 16)).isdisjoint(
         BlockHasher("kvhash_raw", seed=seed + "x").hash_blocks(None, tokens, 16))
+
+
+GOLDEN_DIGESTS = {  # the format is persistent (RAW_FORMAT_VERSION): these bytes never change
+    b"": "71f95c54e228b901e41d106852ea8212",
+    b"a": "cd106a1d6e0a657168cc69311c89ec6c",
+    b"abcdefg": "34d905d47bc4b03e635459d62f30f076",
+    b"abcdefgh": "d32337c727d896208cc5f8407891394c",
+    bytes(range(106)): "20c702ee95ec551c2f05621356d94109",
+    bytes(range(200)): "2ee643707060081aa59fd46fd0733e45",
+}
+
+
+@pytest.mark.parametrize("data", list(GOLDEN_DIGESTS), ids=lambda d: f"{len(d)}B")
+@pytest.mark.parametrize("run", ["compiled", "plain"])
+def test_the_digest_of_known_inputs_never_changes(data, run):
+    out = np.zeros((1, 16), np.uint8)
+    (native.digest_bytes if run == "compiled" else plain(native.digest_bytes))(
+        np.frombuffer(data, np.uint8), out)
+    assert out.tobytes().hex() == GOLDEN_DIGESTS[data]
+
+
+def test_the_chained_hashes_of_a_known_prompt_never_change():
+    hashes = BlockHasher("kvhash_raw", seed="golden").hash_blocks(
+        None, list(range(1000, 1000 + 16 * 3 + 5)), 16)
+    assert [h.hex() for h in hashes] == ["22c20e5bbedf7b3b4d9b8b8863321716",
+                                         "edaa8070a737b81251e456e46f17fe2a",
+                                         "1c38a30fbd4ed45a838ca9bd89f2a44e"]

@@ -74,8 +74,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
     Python (slow; for tests and debugging)."""
 
     backend_name = "fast"
-    # 44 bytes of block arrays, plus about 112 for a fully cached pool's key rows (kernels.py)
-    bytes_per_block = 160
+    # 44 bytes of block arrays, plus about 164 for a fully cached pool's key rows (kernels.py)
+    bytes_per_block = 208
 
     def __init__(self, num_gpu_blocks: int, *args: Any, jit: bool = True, _guard: int = 0,
                  _initial_rows: int = 64, **kwargs: Any) -> None:

@@ -30,8 +30,31 @@ from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
 INITIAL_ROWS = 64  # entry and key rows; doubled on demand
-INITIAL_STRIDE = 36  # key bytes per row: a SHA-256 digest plus the 4 group bytes
+INITIAL_STRIDE = 64  # key bytes per row: a SHA-256 digest plus the 4 group bytes, rounded up
+LINE = 64  # every array starts on a cache-line boundary (kernels.py: the key storage)
 GUARD_BYTE = 0x5A
+
+
+def key_stride(max_len: int) -> int:
+    """Bytes per key row for hashes of up to ``max_len`` bytes: the packed key's length
+    rounded up to a power of two (at least 16), so that no row straddles a cache line."""
+    stride = 16
+    while stride < max_len + 4:
+        stride *= 2
+    return stride
+
+
+def _aligned(shape: tuple[int, ...], dtype: Any, fill: int | None) -> np.ndarray:
+    """An array starting on a ``LINE``-byte boundary (numpy only promises 16). Zero-filled
+    ones keep numpy's calloc: pages are zeroed by the OS when first touched, not here."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = (np.zeros if fill == 0 else np.empty)(nbytes + LINE, np.uint8)
+    start = -raw.ctypes.data % LINE
+    array = raw[start : start + nbytes].view(dtype).reshape(shape)
+    if fill not in (None, 0):
+        array.fill(fill)
+    return array
 
 
 class FastState:
@@ -176,9 +199,7 @@ class FastState:
         """An array; with ``guard`` rows of sentinel bytes on both sides (a C-contiguous view)."""
         g = self._guard
         if not g:
-            if fill == 0:
-                return np.zeros(shape, dtype)
-            return np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+            return _aligned(shape, dtype, fill)
         outer = np.empty((shape[0] + 2 * g, *shape[1:]), dtype)
         outer.view(np.uint8)[...] = GUARD_BYTE
         inner = outer[g : g + shape[0]]
@@ -228,7 +249,8 @@ class FastState:
             self.keys = self._grow(self.keys, rows)
             self.key_bytes = self._grow(self.key_bytes, rows)
         if max_len + 4 > self.key_bytes.shape[1]:
-            self.key_bytes = self._grow(self.key_bytes, self.key_bytes.shape[0], max_len + 4)
+            self.key_bytes = self._grow(self.key_bytes, self.key_bytes.shape[0],
+                                        key_stride(max_len))
         if 2 * (key_used + pairs) > self.table.shape[0]:
             size = self.table.shape[0]
             while 2 * (key_used + pairs) > size:
