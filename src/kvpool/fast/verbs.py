@@ -26,6 +26,7 @@ from kvpool import batch
 from kvpool.batch.checks import write_rejection
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
+from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID
 from kvpool.shell import as_mask, request_block_hashes
 from kvpool.spec.records import RemovedRecord
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from kvpool.fast.state import FastState
 
 _INT_ONLY = {int}
+_HASH_LISTS = (list, BlockHashList)  # block_hashes the lean paths read (others: generic)
 _BYTES_ONLY = {bytes}
 _INT64 = np.dtype(np.int64)
 _NDARRAY = np.ndarray
@@ -97,6 +99,7 @@ class FastBatchVerbs:
     _events: Any
     _delivering: bool
     _last_pack: tuple | None = None  # _packed_prefix's memory: (list, its hashes, packed)
+    _last_view: tuple | None = None  # ... of a companion: (list, its buffer, count, packed)
     _memo: np.ndarray | None = None  # _scan_memo: (key row, generation) per hit position
     _memo_len = 0
     _memo_of: tuple[int, int] | None = None
@@ -205,7 +208,7 @@ class FastBatchVerbs:
                 and 0 <= max_hit_blocks <= num_blocks <= self.num_gpu_blocks
                 and 0 <= num_full_blocks <= num_blocks and 0 <= reserve_blocks < _MAX_RESERVE
                 and 0 <= kv_cache_group_id <= MAX_GROUP_ID and self.metrics_collector is None
-                and type(hashes) is list and num_full_blocks <= len(hashes)
+                and type(hashes) in _HASH_LISTS and num_full_blocks <= len(hashes)
                 and not (self.enable_kv_cache_events and self.enable_caching and write_rejection(
                     self, request, hashes, 0, num_full_blocks, block_size, kv_cache_group_id))):
             if self.enable_caching:
@@ -252,7 +255,22 @@ class FastBatchVerbs:
         """:func:`_packed` of ``hashes[:read]``, remembered for the last list packed: a
         request that waits is admitted again every step, and packing dominates its Python
         cost. Reused only when every hash read is the very object packed before (``bytes``
-        are immutable, so equal objects mean equal bytes)."""
+        are immutable, so equal objects mean equal bytes).
+
+        A :class:`~kvpool.hash_list.BlockHashList` whose companion covers ``hashes[:read]``
+        gives a view of it instead, in O(1): no pass over the hashes. Remembered while its
+        buffer is the same object (the packed prefix has not changed since)."""
+        if type(hashes) is BlockHashList:
+            view = hashes.packed(read)
+            if view is not None:
+                buffer, last = hashes.buffer, self._last_view
+                if (last is not None and last[0] is hashes and last[1] is buffer
+                        and last[2] == read):
+                    return last[3]
+                width = hashes.width if read else 0
+                packed = (view, uniform_lens(read, width), width)
+                self._last_view = (hashes, buffer, read, packed)
+                return packed
         selected = hashes[:read] if read < len(hashes) else hashes
         last = self._last_pack
         if (last is not None and last[0] is hashes and len(last[1]) == len(selected)
@@ -341,7 +359,7 @@ class FastBatchVerbs:
                     if c >= f:
                         continue
                     hashes = request.block_hashes
-                    if (f > blocks.shape[0] or type(hashes) is not list
+                    if (f > blocks.shape[0] or type(hashes) not in _HASH_LISTS
                             or f > len(hashes)):
                         return None
                     if events and write_rejection(self, request, hashes, c, f,
@@ -357,7 +375,8 @@ class FastBatchVerbs:
                     if c >= f:
                         continue
                     hashes = request.block_hashes
-                    if f > len(blocks) or type(hashes) is not list or f > len(hashes):
+                    if (f > len(blocks) or type(hashes) not in _HASH_LISTS
+                            or f > len(hashes)):
                         return None
                     if events and write_rejection(self, request, hashes, c, f,
                                                   self.hash_block_size, group):
