@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from fast_twin import block_hash, fast_pool
 from test_fast_batch_verbs import HBS, Lockstep, request
@@ -127,3 +128,22 @@ def test_a_mutated_list_is_read_as_it_is_now(how):
     leading = next((i for i, h in enumerate(r.block_hashes[: num - 1]) if h not in cached),
                    num - 1)
     assert len(hits) == leading  # the list as it is now, whatever the companion held
+
+
+def test_a_decode_step_joins_its_hashes_without_hash_buffers_passes(calls):
+    pool = fast_pool(16, jit=True, hash_block_size=HBS)
+    a, b = request("a", ["a0", "a1"]), request("b", ["b0", "b1"])
+    ta, tb = pool.get_new_blocks(2), np.array(pool.get_new_blocks(2), np.int64)
+    pool.step([(a, ta, 1, 2), (b, tb, 1, 2)], 1, [], HBS, 0)
+    assert calls["list"] == 0
+    assert pool.get_cached_block(block_hash("b1"), [0]) == [int(tb[1])]
+
+
+def test_a_step_over_hashes_of_two_widths_agrees_with_the_spec(calls):
+    pools = Lockstep(12)
+    a = request("a", ["a0", "a1"])
+    b = request("b", ["b0", "b1"], size=16)
+    ta, tb = pools.get_new_blocks(2), pools.get_new_blocks(2)
+    pools.step([(a, ta, 1, 2), (b, tb, 1, 2)], 0, [], HBS, 0)
+    assert calls["list"] >= 1  # mixed widths: hash_buffer builds the lengths
+    assert pools.spec.get_cached_block(block_hash("b1", 16), [0]) == [tb[1]]

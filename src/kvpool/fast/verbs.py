@@ -343,52 +343,58 @@ class FastBatchVerbs:
 
         Every table is type-checked whole (the composition converts it whole), but only its
         candidates are copied. An item that caches nothing adds nothing to the plan.
+
+        Python per item is what a step costs here (a decode step caches one block for each
+        of a few requests): the item's checks, its candidate, its hash. The hashes are taken
+        as objects, not from a packed companion: one per filled block, from as many
+        requests, is one ``join``, cheaper than as many views. Their type and width are
+        checked as they are taken (``width``: the common one, ``-2`` once two differ or one
+        is not ``bytes``), so the common step skips :func:`hash_buffer`'s passes.
         """
         plan: list[int] = [0, n, len(free_tables)]
         hs: list[Any] = []
-        m = 0
-        caching = self.enable_caching
-        events = self.enable_kv_cache_events
-        try:
-            for request, blocks, c, f in cache_items:
-                if type(c) is not int or type(f) is not int or c < 0 or f < 0 or not caching:
-                    return None
-                if type(blocks) is _NDARRAY:
-                    if blocks.dtype is not _INT64 or blocks.ndim != 1:
+        width = -1
+        if cache_items:
+            if not self.enable_caching:
+                return None
+            events = self.enable_kv_cache_events
+            m = 0
+            try:
+                for request, blocks, c, f in cache_items:
+                    if type(c) is not int or type(f) is not int or c < 0 or f < 0:
                         return None
-                    if c >= f:
-                        continue
+                    if type(blocks) is _NDARRAY:
+                        if blocks.dtype is not _INT64 or blocks.ndim != 1:
+                            return None
+                        if c >= f:
+                            continue
+                    elif type(blocks) is list and (not blocks
+                                                   or set(map(type, blocks)) == _INT_ONLY):
+                        if c >= f:
+                            continue
+                    else:
+                        return None
                     hashes = request.block_hashes
-                    if (f > blocks.shape[0] or type(hashes) not in _HASH_LISTS
-                            or f > len(hashes)):
+                    if f > len(blocks) or type(hashes) not in _HASH_LISTS or f > len(hashes):
                         return None
                     if events and write_rejection(self, request, hashes, c, f,
                                                   self.hash_block_size, group):
                         return None
                     if f - c == 1:  # one block filled: the common case
-                        plan += (c, 1, blocks.item(c))
-                        hs.append(hashes[c])
+                        h = hashes[c]
+                        plan += (c, 1, blocks[c])
+                        hs.append(h)
+                        if type(h) is not bytes or len(h) != width:
+                            width = len(h) if width == -1 and type(h) is bytes else -2
                     else:
-                        plan += (c, f - c, *blocks[c:f].tolist())
+                        cand = blocks[c:f]
+                        plan += (c, f - c, *(cand if type(cand) is list else cand.tolist()))
                         hs += hashes[c:f]
-                elif type(blocks) is list and (not blocks or set(map(type, blocks)) == _INT_ONLY):
-                    if c >= f:
-                        continue
-                    hashes = request.block_hashes
-                    if (f > len(blocks) or type(hashes) not in _HASH_LISTS
-                            or f > len(hashes)):
-                        return None
-                    if events and write_rejection(self, request, hashes, c, f,
-                                                  self.hash_block_size, group):
-                        return None
-                    plan += (c, f - c, *blocks[c:f])
-                    hs += hashes[c:f]
-                else:
-                    return None
-                m += 1
-        except (TypeError, ValueError, AttributeError):
-            return None  # an item that is not a 4-sequence: the generic path says why
-        plan[0] = m
+                        width = -2  # hash_buffer checks them
+                    m += 1
+            except (TypeError, ValueError, AttributeError):
+                return None  # an item that is not a 4-sequence: the generic path says why
+            plan[0] = m
         arrays = []
         for table in free_tables:
             if type(table) is np.ndarray:
@@ -408,9 +414,9 @@ class FastBatchVerbs:
                 freed = np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
             if not hs:
                 buf, lens, max_len = _NO_BYTES, _NO_LENS, 0
-            elif len(hs) == 1 and type(hs[0]) is bytes:  # one block filled: no join
-                h = hs[0]
-                buf, lens, max_len = np.frombuffer(h, np.uint8), uniform_lens(1, len(h)), len(h)
+            elif width >= 0:  # every hash bytes of one width: join them, nothing to check
+                buf = np.frombuffer(hs[0] if len(hs) == 1 else b"".join(hs), np.uint8)
+                lens, max_len = uniform_lens(len(hs), width), width
             else:
                 buf, lens, max_len = hash_buffer(hs)
         except (OverflowError, TypeError):
