@@ -47,7 +47,7 @@ import numpy as np
 _BYTES_ONLY = {bytes}
 _NO_BYTES = np.empty(0, np.uint8)
 _NO_BYTES.flags.writeable = False
-_MIN_CAPACITY = 64  # digests the first buffer holds: a prompt's worth, one allocation
+_MIN_CAPACITY = 64  # digests a grown buffer holds at least (the first is the exact join)
 
 
 def _dropping(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,7 +85,7 @@ class BlockHashList(list):  # type: ignore[type-arg]
     # Class-level defaults, not slots: an instance made without __init__ (``__new__``
     # alone) is then an empty companion, never one with missing fields.
     _buf: np.ndarray | None = None  # the packed digests; capacity beyond the used part
-    _view: memoryview | None = None  # _buf as a memoryview: this class writes through it
+    _view: memoryview | None = None  # _buf as a memoryview to write through (None: read-only)
     _count = 0  # entries [0, _count) are packed
     _width = -1  # the common digest width, -1 before the first digest
     _blocked = -1  # the first entry pack() could not pack (-1: none found)
@@ -140,7 +140,7 @@ class BlockHashList(list):  # type: ignore[type-arg]
         at, n = self._count, len(self)
         if at == n or self._blocked >= 0:
             return at
-        new = self[at:]
+        new = self[at:] if at else self
         if set(map(type, new)) == _BYTES_ONLY:
             widths = set(map(len, new))
             width = widths.pop() if len(widths) == 1 else -2
@@ -159,9 +159,12 @@ class BlockHashList(list):  # type: ignore[type-arg]
         self._width = width
         start = at * width
         end = start + len(new) * width
-        if self._view is None or end > len(self._view):
-            self._grow(start, end)
-        self._view[start:end] = b"".join(new)  # type: ignore[index]
+        if self._buf is None:  # the first digests (a prompt's): their join is the buffer
+            self._buf = np.frombuffer(b"".join(new), np.uint8)
+        else:
+            if self._view is None or end > len(self._view):
+                self._grow(start, end)
+            self._view[start:end] = b"".join(new)  # type: ignore[index]
         self._count = at + len(new)
         return self._count
 
