@@ -260,14 +260,10 @@ class _Driver(TimedCalls):
         self.peak_usage = 0.0
         self.on_step: Callable[[], None] | None = None
 
-    def _hash_new_blocks(self, request: Request, pack: bool = False) -> None:
-        """Hash the blocks that filled; with ``pack`` (a prompt: its admission reads them
-        all) also write them to the packed companion, as :class:`Request` itself does."""
+    def _hash_new_blocks(self, request: Request) -> None:
         cpu = time.thread_time()
         began = time.perf_counter()
         request.block_hashes.extend(self.block_hasher(request))
-        if pack:
-            request.block_hashes.pack()
         self.hash_s += time.perf_counter() - began
         self.hash_cpu_s += time.thread_time() - cpu
 
@@ -383,7 +379,7 @@ class _Driver(TimedCalls):
             if request is None:
                 request = Request(spec.id, list(spec.prompt))
                 if self.caching:
-                    self._hash_new_blocks(request, pack=True)
+                    self._hash_new_blocks(request)
                 waiting[0] = (spec, request)
             prompt_len = len(spec.prompt)
             prompt_blocks = _cdiv(prompt_len, bs)
