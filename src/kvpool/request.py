@@ -3,12 +3,16 @@
 A :class:`Request` carries token ids and the inputs that become *extra keys* (LoRA adapter,
 multimodal items, cache salt, prompt embeddings), plus ``block_hashes``: one hash per full
 ``hash_block_size`` chunk of the token sequence. ``block_hashes`` is append-only: a hash, once
-computed, covers a prefix that never changes, so later blocks only ever add entries.
+computed, covers a prefix that never changes, so later blocks only ever add entries. It is a
+:class:`~kvpool.hash_list.BlockHashList`: a ``list`` that also keeps its digests packed in one
+byte buffer, which the fast backend's batch kernels read without a pass over the list.
 
 The request knows nothing about how hashes are computed. It calls the ``block_hasher`` given
 at construction (usually :func:`kvpool.hashing.get_request_block_hasher`) once when it is
 created and again after every :meth:`Request.append_output_token_ids`; the hasher returns only
-the hashes of blocks that became full since the last call.
+the hashes of blocks that became full since the last call. The prompt's hashes are packed
+right away (an admission reads them all); a decode step's one new hash is packed when a
+reader first asks for it (readers of one hash take it from the list).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from kvpool.errors import InvalidArgument
+from kvpool.hash_list import BlockHashList
 from kvpool.hashing.raw import pack_int32
 
 MAX_TOKEN_ID = 2**63 - 1
@@ -61,7 +66,8 @@ class MultiModalFeature:
 
 @dataclass(eq=False)
 class Request:
-    """A request's tokens, extra-key inputs and append-only ``block_hashes``.
+    """A request's tokens, extra-key inputs and append-only ``block_hashes`` (a
+    :class:`~kvpool.hash_list.BlockHashList`).
 
     Token lists are copied at construction. ``prompt_embeds`` is optional: a numpy array, a
     torch tensor or anything sliceable along axis 0 whose slices have ``.tobytes()``.
@@ -77,7 +83,7 @@ class Request:
     prompt_embeds: Any = field(default=None, repr=False)
     session_id: str | None = None
     block_hasher: BlockHasherFn | None = field(default=None, repr=False)
-    block_hashes: list[bytes] = field(default_factory=list, init=False)
+    block_hashes: BlockHashList = field(default_factory=BlockHashList, init=False)
     # sha256 digests of prompt_embeds[s:e] keyed by (s, e): the same window is hashed once per
     # block and again for every event that reports it, and embeddings are large.
     _embeds_digests: dict[tuple[int, int], bytes] = field(
@@ -109,6 +115,7 @@ class Request:
                 self.block_hashes.extend(self.block_hasher(self))
             finally:
                 self._packed_prompt = None
+            self.block_hashes.pack()
 
     @property
     def all_token_ids(self) -> list[int]:

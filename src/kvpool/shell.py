@@ -40,6 +40,7 @@ from kvpool.events import (
     partial_stored_rejection,
     stored_rejection,
 )
+from kvpool.hash_list import BlockHashList
 from kvpool.memory import check_pool_fits
 from kvpool.spec import preconditions as pre
 from kvpool.spec.ops import usage_fraction  # usage: the spec is the one source of truth
@@ -138,7 +139,7 @@ def request_block_hashes(request: object) -> Sequence[bytes]:
         raise InvalidArgument(
             f"request {request!r} has no block_hashes (a list of bytes)"
         ) from None
-    if type(hashes) is list or type(hashes) is tuple:
+    if type(hashes) is list or type(hashes) is BlockHashList or type(hashes) is tuple:
         return hashes
     if not isinstance(hashes, Sequence) or isinstance(hashes, (str, bytes, bytearray)):
         raise InvalidArgument(

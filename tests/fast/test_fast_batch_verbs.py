@@ -417,6 +417,25 @@ def cache_items(draw, known, requests):
     return draw(st.sampled_from(requests)), table, c, f
 
 
+def rehash(hashes, draw) -> None:
+    """Change a request's ``block_hashes`` in place: a new hash, one of another width or
+    type, or a reordering (the pools must read the list as it is now)."""
+    value = draw(st.sampled_from([block_hash(draw(st.sampled_from(LABELS))),
+                                  block_hash("w", 16), bytearray(block_hash("b")), "x"]))
+    i = draw(st.integers(0, max(len(hashes) - 1, 0)))
+    how = draw(st.sampled_from(["set", "append", "reverse", "pop", "insert"]))
+    if how == "append" or not hashes:
+        hashes.append(value)
+    elif how == "set":
+        hashes[i] = value
+    elif how == "reverse":
+        hashes.reverse()
+    elif how == "pop":
+        hashes.pop(i)
+    else:
+        hashes.insert(i, value)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), events=st.booleans(), metrics=st.sampled_from([False, False, True]),
        caching=st.sampled_from([True, True, True, False]))
@@ -429,10 +448,12 @@ def test_random_programs_agree_on_every_pool(data, events, metrics, caching):
     tables: list[list[int]] = []
     for _ in range(draw(st.integers(1, 8), label="calls")):
         op = draw(st.sampled_from(["admit", "step", "step", "free", "cache", "unpin",
-                                   "partial"]), label="op")
+                                   "partial", "rehash"]), label="op")
         r = draw(st.sampled_from(requests))
         try:
-            if op == "admit":
+            if op == "rehash":  # the packed companion must follow (or drop) every change
+                rehash(r.block_hashes, draw)
+            elif op == "admit":
                 num = draw(st.integers(0, 5))
                 result = pools.admit(r, draw(st.integers(0, num)), num,
                                      draw(st.integers(0, num)), draw(st.integers(0, 6)),

@@ -43,6 +43,7 @@ from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.fast.state import FastState
 from kvpool.fast.verbs import FastBatchVerbs
+from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID, pack_key
 from kvpool.shell import PoolConfig, PoolShell
 from kvpool.spec import preconditions as pre
@@ -58,6 +59,7 @@ from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 _INT_ONLY = {int}
 _BYTES_ONLY = {bytes}
 _LIST_OR_TUPLE = (list, tuple)
+_HASH_LISTS = (list, BlockHashList)  # block_hashes cache_full_blocks' lean path reads
 _INT64 = np.dtype(np.int64)
 
 
@@ -305,7 +307,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             self._refuse_reentry("cache_full_blocks")
         hashes = getattr(request, "block_hashes", None)
         num_cached, num_full = num_cached_blocks, num_full_blocks
-        if (block_mask is None and type(blocks) is list and type(hashes) is list
+        if (block_mask is None and type(blocks) is list and type(hashes) in _HASH_LISTS
                 and type(num_cached) is int and type(num_full) is int
                 and type(kv_cache_group_id) is int and self.enable_caching
                 and block_size == self.hash_block_size and type(block_size) is int
@@ -317,6 +319,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 h = selected[0]
                 buf, lens, max_len = (np.frombuffer(h, np.uint8), uniform_lens(1, len(h)),
                                       len(h))
+            elif type(hashes) is BlockHashList and (view := hashes.packed(num_full)) is not None:
+                max_len = hashes.width  # the packed companion: a view, no pass over the hashes
+                buf, lens = view[num_cached * max_len :], uniform_lens(len(values), max_len)
             elif set(map(type, selected)) == _BYTES_ONLY:
                 buf, lens, max_len = hash_buffer(selected)
             else:  # a hash that is not bytes: the shell's checks say which, in spec order

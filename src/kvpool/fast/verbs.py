@@ -26,6 +26,7 @@ from kvpool import batch
 from kvpool.batch.checks import write_rejection
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
+from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID
 from kvpool.shell import as_mask, candidate_table, request_block_hashes
 from kvpool.spec.records import RemovedRecord
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from kvpool.fast.state import FastState
 
 _INT_ONLY = {int}
+_HASH_LISTS = (list, BlockHashList)  # block_hashes the lean paths read (others: generic)
 _BYTES_ONLY = {bytes}
 _INT64 = np.dtype(np.int64)
 _NDARRAY = np.ndarray
@@ -97,6 +99,7 @@ class FastBatchVerbs:
     _events: Any
     _delivering: bool
     _last_pack: tuple | None = None  # _packed_prefix's memory: (list, its hashes, packed)
+    _last_view: tuple | None = None  # ... of a companion: (list, its buffer, count, packed)
     _memo: np.ndarray | None = None  # _scan_memo: (key row, generation) per hit position
     _memo_len = 0
     _memo_of: tuple[int, int] | None = None
@@ -207,7 +210,7 @@ class FastBatchVerbs:
                 and 0 <= max_hit_blocks <= num_blocks <= self.num_gpu_blocks
                 and 0 <= num_full_blocks <= num_blocks and 0 <= reserve_blocks < _MAX_RESERVE
                 and 0 <= kv_cache_group_id <= MAX_GROUP_ID and self.metrics_collector is None
-                and type(hashes) is list and num_full_blocks <= len(hashes)
+                and type(hashes) in _HASH_LISTS and num_full_blocks <= len(hashes)
                 and not (self.enable_kv_cache_events and self.enable_caching and write_rejection(
                     self, request, hashes, 0, num_full_blocks, block_size, kv_cache_group_id))):
             if self.enable_caching:
@@ -254,7 +257,22 @@ class FastBatchVerbs:
         """:func:`_packed` of ``hashes[:read]``, remembered for the last list packed: a
         request that waits is admitted again every step, and packing dominates its Python
         cost. Reused only when every hash read is the very object packed before (``bytes``
-        are immutable, so equal objects mean equal bytes)."""
+        are immutable, so equal objects mean equal bytes).
+
+        A :class:`~kvpool.hash_list.BlockHashList` whose companion covers ``hashes[:read]``
+        gives a view of it instead, in O(1): no pass over the hashes. Remembered while its
+        buffer is the same object (the packed prefix has not changed since)."""
+        if type(hashes) is BlockHashList:
+            view = hashes.packed(read)
+            if view is not None:
+                buffer, last = hashes.buffer, self._last_view
+                if (last is not None and last[0] is hashes and last[1] is buffer
+                        and last[2] == read):
+                    return last[3]
+                width = hashes.width if read else 0
+                packed = (view, uniform_lens(read, width), width)
+                self._last_view = (hashes, buffer, read, packed)
+                return packed
         selected = hashes[:read] if read < len(hashes) else hashes
         last = self._last_pack
         if (last is not None and last[0] is hashes and len(last[1]) == len(selected)
@@ -325,53 +343,62 @@ class FastBatchVerbs:
                    group: int = 0) -> tuple | None:
         """The kernel's arguments for a lean step (ratio 1), or ``None`` for the generic path.
 
-        Every table is type-checked whole (the composition converts it whole), but only its
-        candidates are copied. An item that caches nothing adds nothing to the plan.
+        Only a table's candidates are read (:func:`~kvpool.shell.candidate_table`, as the
+        composition reads them): they alone are type-checked and copied. An item that caches
+        nothing adds nothing to the plan.
+
+        Python per item is what a step costs here (a decode step caches one block for each
+        of a few requests): the item's checks, its candidate, its hash. The hashes are taken
+        as objects, not from a packed companion: one per filled block, from as many
+        requests, is one ``join``, cheaper than as many views. Their type and width are
+        checked as they are taken (``width``: the common one, ``-2`` once two differ or one
+        is not ``bytes``), so the common step skips :func:`hash_buffer`'s passes.
         """
         plan: list[int] = [0, n, len(free_tables)]
         hs: list[Any] = []
-        m = 0
-        caching = self.enable_caching
-        events = self.enable_kv_cache_events
-        try:
-            for request, blocks, c, f in cache_items:
-                if type(c) is not int or type(f) is not int or c < 0 or f < 0 or not caching:
-                    return None
-                if type(blocks) is _NDARRAY:
-                    if blocks.dtype is not _INT64 or blocks.ndim != 1:
+        width = -1
+        if cache_items:
+            if not self.enable_caching:
+                return None
+            events = self.enable_kv_cache_events
+            m = 0
+            try:
+                for request, blocks, c, f in cache_items:
+                    if type(c) is not int or type(f) is not int or c < 0 or f < 0:
                         return None
-                    if c >= f:
-                        continue
+                    if type(blocks) is _NDARRAY:
+                        if blocks.dtype is not _INT64 or blocks.ndim != 1:
+                            return None
+                        if c >= f:
+                            continue
+                    elif type(blocks) is list:
+                        if c >= f:
+                            continue
+                        if set(map(type, blocks[c:f])) != _INT_ONLY:
+                            return None
+                    else:
+                        return None
                     hashes = request.block_hashes
-                    if (f > blocks.shape[0] or type(hashes) is not list
-                            or f > len(hashes)):
+                    if f > len(blocks) or type(hashes) not in _HASH_LISTS or f > len(hashes):
                         return None
                     if events and write_rejection(self, request, hashes, c, f,
                                                   self.hash_block_size, group):
                         return None
                     if f - c == 1:  # one block filled: the common case
-                        plan += (c, 1, blocks.item(c))
-                        hs.append(hashes[c])
+                        h = hashes[c]
+                        plan += (c, 1, blocks[c])
+                        hs.append(h)
+                        if type(h) is not bytes or len(h) != width:
+                            width = len(h) if width == -1 and type(h) is bytes else -2
                     else:
-                        plan += (c, f - c, *blocks[c:f].tolist())
+                        cand = blocks[c:f]
+                        plan += (c, f - c, *(cand if type(cand) is list else cand.tolist()))
                         hs += hashes[c:f]
-                elif type(blocks) is list and (not blocks or set(map(type, blocks)) == _INT_ONLY):
-                    if c >= f:
-                        continue
-                    hashes = request.block_hashes
-                    if f > len(blocks) or type(hashes) is not list or f > len(hashes):
-                        return None
-                    if events and write_rejection(self, request, hashes, c, f,
-                                                  self.hash_block_size, group):
-                        return None
-                    plan += (c, f - c, *blocks[c:f])
-                    hs += hashes[c:f]
-                else:
-                    return None
-                m += 1
-        except (TypeError, ValueError, AttributeError):
-            return None  # an item that is not a 4-sequence: the generic path says why
-        plan[0] = m
+                        width = -2  # hash_buffer checks them
+                    m += 1
+            except (TypeError, ValueError, AttributeError):
+                return None  # an item that is not a 4-sequence: the generic path says why
+            plan[0] = m
         arrays = []
         for table in free_tables:
             if type(table) is np.ndarray:
@@ -391,9 +418,9 @@ class FastBatchVerbs:
                 freed = np.concatenate([np.asarray(a, dtype=np.int64) for a in arrays])
             if not hs:
                 buf, lens, max_len = _NO_BYTES, _NO_LENS, 0
-            elif len(hs) == 1 and type(hs[0]) is bytes:  # one block filled: no join
-                h = hs[0]
-                buf, lens, max_len = np.frombuffer(h, np.uint8), uniform_lens(1, len(h)), len(h)
+            elif width >= 0:  # every hash bytes of one width: join them, nothing to check
+                buf = np.frombuffer(hs[0] if len(hs) == 1 else b"".join(hs), np.uint8)
+                lens, max_len = uniform_lens(len(hs), width), width
             else:
                 buf, lens, max_len = hash_buffer(hs)
         except (OverflowError, TypeError):
