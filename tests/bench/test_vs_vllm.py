@@ -22,7 +22,9 @@ from kvpool.bench.vs_vllm import (
     CONSTRUCT_CLOCK,
     CONSTRUCT_FIGURES,
     DECISIONS,
+    MICRO_RATES,
     VsVllmConfig,
+    _micro_slices,
     _Samples,
     _vllm_construct,
     default_kit,
@@ -73,6 +75,29 @@ def test_the_micro_loops_run_on_every_backend_shape():
     assert set(figures) >= {"alloc1_free1_pairs_per_s", "get_cached_block_hit_per_s",
                             "alloc1_evicting_per_s", "hash_prompt_kvhash_raw_blocks_per_s"}
     assert all(v > 0 for v in figures.values())
+
+
+def test_the_micro_loops_alternate_between_the_sides_in_short_runs(monkeypatch):
+    runs = []
+
+    class FakeVllm:
+        def ask(self, command):
+            runs.append(("vllm", command["iters"]))
+            return dict.fromkeys(MICRO_RATES, 1.0)
+
+    def fake_run_micro(backend, hasher, clock, iters):
+        runs.append((backend, iters))
+        return dict.fromkeys(MICRO_RATES, 2.0)
+
+    monkeypatch.setattr(vllm_pattern, "run_micro", fake_run_micro)
+    samples = _Samples()
+    config = VsVllmConfig(python="-", kit="-", backends=("fast", "reference"), micro_slices=4)
+    _micro_slices(config, FakeVllm(), samples, "cpu", lambda: 0.0)
+    pair = [("vllm", 50_000), ("fast", 50_000), ("reference", 50_000)]
+    flipped = [("fast", 50_000), ("reference", 50_000), ("vllm", 50_000)]
+    assert runs == pair + flipped + pair + flipped  # the side that starts alternates
+    for side in ("vllm", "fast/pattern", "reference/pattern"):
+        assert len(samples.values[(side, "alloc1_free1_pairs_per_s", "cpu")]) == 4
 
 
 def test_the_table_has_one_row_per_figure_and_clock_with_ratios_the_right_way_round():

@@ -68,6 +68,11 @@ class VsVllmConfig:
     rounds: int = 3
     raw_hash: str = "kvhash_raw"
     micro: bool = True
+    micro_slices: int = 5
+    """Micro loops per round and clock: that many short runs (``MICRO_ITERS / slices``
+    iterations each) alternating between the sides, so drift of the machine within a round
+    hits both alike (a single 200k-iteration run per side disagreed with itself by up to
+    1.7x between the two clocks: see benchmarks/README.md)."""
     construct: bool = True
 
 
@@ -221,6 +226,33 @@ def _warm_up(config: VsVllmConfig, trace: list, requests: list[TraceRequest]) ->
                                    n_blocks=2_000, iters=2_000)
 
 
+MICRO_ITERS = 200_000
+"""Iterations of each micro loop per round and clock (the kit's ``run_micro`` default)."""
+
+
+def _micro_slices(config: VsVllmConfig, vllm: VllmSide, samples: _Samples, clock_name: str,
+                  clock: Callable[[], float]) -> None:
+    """The micro loops of both sides in ``config.micro_slices`` short alternating runs, the
+    side that starts alternating too; every run is one sample of each rate."""
+    iters = max(1, MICRO_ITERS // config.micro_slices)
+    hasher = BlockHasher("sha256", seed=HASH_SEED)
+
+    def vllm_run() -> None:
+        samples.add("vllm", clock_name,
+                    vllm.ask({"what": "micro", "clock": clock_name, "iters": iters}),
+                    MICRO_RATES)
+
+    def kvpool_run() -> None:
+        for backend in config.backends:
+            gc.collect()
+            samples.add(f"{backend}/pattern", clock_name,
+                        vllm_pattern.run_micro(backend, hasher, clock, iters=iters), MICRO_RATES)
+
+    for i in range(config.micro_slices):
+        for run in ((vllm_run, kvpool_run) if i % 2 == 0 else (kvpool_run, vllm_run)):
+            run()
+
+
 def run_vs_vllm(config: VsVllmConfig, log: Callable[[str], None] = lambda _: None
                 ) -> dict[str, Any]:
     """Interleaved rounds of both sides (see the module docstring); the medians, as
@@ -228,6 +260,8 @@ def run_vs_vllm(config: VsVllmConfig, log: Callable[[str], None] = lambda _: Non
     :class:`VllmDivergence` if a kvpool side decides differently from vLLM."""
     if config.rounds < 1:
         raise InvalidConfig(f"rounds must be >= 1, got {config.rounds}")
+    if config.micro_slices < 1:
+        raise InvalidConfig(f"micro_slices must be >= 1, got {config.micro_slices}")
     trace = load_kit_trace(config.kit)
     requests = _as_trace_requests(trace)
     log(f"warming up kvpool ({', '.join(config.backends)}) and starting vLLM")
@@ -251,13 +285,7 @@ def run_vs_vllm(config: VsVllmConfig, log: Callable[[str], None] = lambda _: Non
                         samples.add(f"{backend}/{shape}", clock_name, got, TRACE_TIMES)
                 if config.micro:
                     log(f"round {r + 1}/{config.rounds} {clock_name}: micro")
-                    samples.add("vllm", clock_name,
-                                vllm.ask({"what": "micro", "clock": clock_name}), MICRO_RATES)
-                    hasher = BlockHasher("sha256", seed=HASH_SEED)
-                    for backend in config.backends:
-                        gc.collect()
-                        samples.add(f"{backend}/pattern", clock_name,
-                                    vllm_pattern.run_micro(backend, hasher, clock), MICRO_RATES)
+                    _micro_slices(config, vllm, samples, clock_name, clock)
             if config.construct:
                 log(f"round {r + 1}/{config.rounds}: construct 1M (fresh processes)")
                 samples.add("vllm", CONSTRUCT_CLOCK,

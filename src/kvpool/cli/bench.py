@@ -52,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="--vs-vllm: interleaved rounds; figures are medians (3)")
     parser.add_argument("--no-micro", action="store_true",
                         help="--vs-vllm: no micro loops")
+    parser.add_argument("--micro-slices", type=positive_int, default=5, metavar="K",
+                        help="--vs-vllm: micro loops per round as K short runs alternating "
+                        "between the sides (5)")
     parser.add_argument("--no-construct", action="store_true",
                         help="--vs-vllm: no 1M-block construction (fresh processes)")
     parser.set_defaults(func=run)
@@ -72,7 +75,8 @@ def run_vs_vllm(args: argparse.Namespace) -> int:
         return 2
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     config = VsVllmConfig(python=args.vs_vllm, kit=kit, backends=backends, rounds=args.rounds,
-                          micro=not args.no_micro, construct=not args.no_construct)
+                          micro=not args.no_micro, micro_slices=args.micro_slices,
+                          construct=not args.no_construct)
     from kvpool.cli._render import phase_status, progress_enabled
 
     try:
