@@ -70,10 +70,10 @@ class _Recorder:
         self._original = original = FastState._batch_kernels
         calls = self.calls
 
-        def recording(st: FastState) -> tuple[Any, Any]:
+        def recording(st: FastState) -> tuple[Any, Any, Any]:
             if st._batch is not None and st._batch is st.__dict__.get("_recording"):
                 return st._batch
-            admit, step = original(st)
+            admit, step, cache = original(st)
 
             def rec_admit(*args: Any) -> int:
                 saved = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
@@ -89,7 +89,7 @@ class _Recorder:
                 calls.append(("step", saved, code, 0, st.out[:n].copy()))
                 return code
 
-            st._batch = st.__dict__["_recording"] = (rec_admit, rec_step)
+            st._batch = st.__dict__["_recording"] = (rec_admit, rec_step, cache)
             return st._batch
 
         FastState._batch_kernels = recording  # type: ignore[method-assign]
@@ -124,7 +124,7 @@ def _kernel_round(calls: list, durations: np.ndarray) -> None:
     """Replay the recorded calls on a fresh pool; durations[i] = ns of call i (-1: skipped)."""
     gc.collect()
     st = FastState(vllm_pattern.NUM_BLOCKS, enable_caching=True, enable_events=False)
-    admit, step = st._batch_kernels()
+    admit, step, _ = st._batch_kernels()
     clock = time.perf_counter_ns
     for i, (verb, args, code, result, table) in enumerate(calls):
         if code == k.ERR_CAPACITY:  # grow as FastState.admit / .step do, untimed
@@ -132,7 +132,7 @@ def _kernel_round(calls: list, durations: np.ndarray) -> None:
             longest = int(lens.max()) if lens.shape[0] else 0
             pairs = max(0, args[5]) if verb == "admit" else lens.shape[0]
             st.reserve(pairs, longest)
-            admit, step = st._batch_kernels()
+            admit, step, _ = st._batch_kernels()
             durations[i] = -1
             continue
         fresh = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args[:1])
