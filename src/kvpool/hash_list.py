@@ -202,6 +202,11 @@ class BlockHashList(list):  # type: ignore[type-arg]
         return _rebuild(list(self), self._count)
 
 
+LIST_TYPES = (list, BlockHashList)
+"""The exact types of ``block_hashes`` that lean paths index directly (anything else, a
+tuple or a vLLM request's own sequence, goes through the generic checks)."""
+
+
 def _rebuild(entries: list[Any], packed: int) -> BlockHashList:
     """A copy or an unpickled list: the entries, packed as far as the original was."""
     hashes = BlockHashList(entries)
@@ -210,4 +215,4 @@ def _rebuild(entries: list[Any], packed: int) -> BlockHashList:
     return hashes
 
 
-__all__ = ["BlockHashList"]
+__all__ = ["LIST_TYPES", "BlockHashList"]

@@ -43,6 +43,7 @@ from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.fast.state import FastState
 from kvpool.fast.verbs import FastBatchVerbs
+from kvpool.hash_list import LIST_TYPES as _HASH_LISTS
 from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID, pack_key
 from kvpool.shell import PoolConfig, PoolShell
@@ -59,7 +60,6 @@ from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 _INT_ONLY = {int}
 _BYTES_ONLY = {bytes}
 _LIST_OR_TUPLE = (list, tuple)
-_HASH_LISTS = (list, BlockHashList)  # block_hashes cache_full_blocks' lean path reads
 _INT64 = np.dtype(np.int64)
 
 

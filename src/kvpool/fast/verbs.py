@@ -26,6 +26,7 @@ from kvpool import batch
 from kvpool.batch.checks import write_rejection
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
+from kvpool.hash_list import LIST_TYPES as _HASH_LISTS
 from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID
 from kvpool.shell import as_mask, candidate_table, request_block_hashes
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from kvpool.fast.state import FastState
 
 _INT_ONLY = {int}
-_HASH_LISTS = (list, BlockHashList)  # block_hashes the lean paths read (others: generic)
 _BYTES_ONLY = {bytes}
 _INT64 = np.dtype(np.int64)
 _NDARRAY = np.ndarray

@@ -80,7 +80,7 @@ def pack_int32(values: Sequence[int]) -> bytes:
 
 def _encode_sequence(values: Sequence[Any]) -> bytes:
     try:
-        return b"i" + _u32(len(values)) + _pack_ints(_INT32, values)
+        return b"i" + _u32(len(values)) + pack_int32(values)
     except (OverflowError, TypeError):
         pass
     try:
