@@ -100,6 +100,15 @@ def test_the_micro_loops_alternate_between_the_sides_in_short_runs(monkeypatch):
         assert len(samples.values[(side, "alloc1_free1_pairs_per_s", "cpu")]) == 4
 
 
+@pytest.mark.parametrize("field", [{"rounds": 0}, {"micro_slices": 0}])
+def test_a_comparison_without_rounds_or_micro_slices_is_refused_before_anything_runs(field):
+    from kvpool.bench.vs_vllm import run_vs_vllm
+    from kvpool.errors import InvalidConfig
+
+    with pytest.raises(InvalidConfig):  # no kit and no vLLM python are touched first
+        run_vs_vllm(VsVllmConfig(python="/nonexistent", kit="/nonexistent", **field))
+
+
 def test_the_table_has_one_row_per_figure_and_clock_with_ratios_the_right_way_round():
     config = VsVllmConfig(python="-", kit="-", backends=("fast",), rounds=1)
     samples = _Samples()

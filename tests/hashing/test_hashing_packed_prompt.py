@@ -96,3 +96,15 @@ def test_a_numpy_prompt_packs_like_its_list():
     prompt = np.arange(500, 500 + 8 * BS, dtype=np.int64)
     tokens, packed = _checked_tokens(prompt, "prompt_token_ids", 0, pack=True)
     assert tokens == prompt.tolist() and packed == pack_int32(prompt.tolist())
+
+
+@pytest.mark.parametrize("name", ["kvhash_raw", "sha256"])
+@pytest.mark.parametrize("packed, block_size", [
+    (pack_int32(list(range(32))), 0), (pack_int32(list(range(32))), -16),
+    (pack_int32(list(range(32))), True), (pack_int32(list(range(32))), 16.0),
+    (list(range(32)), 16), (np.arange(32, dtype=np.int32), 16), ("tokens", 16),
+])
+def test_hashing_packed_tokens_rejects_bad_arguments_with_a_typed_error(name, packed,
+                                                                       block_size):
+    with pytest.raises(InvalidArgument):
+        BlockHasher(name, seed="packed-prompt-test").hash_packed_blocks(None, packed, block_size)

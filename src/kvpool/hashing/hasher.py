@@ -136,7 +136,13 @@ class BlockHasher:
         without extra keys, or ``None`` when the algorithm hashes something else than that
         packing (the vLLM-compatible ones pickle tuples): the caller then passes the tokens.
         A request packs its prompt while validating it, so the raw modes skip a second
-        pass over the tokens. O(len(packed))."""
+        pass over the tokens. O(len(packed)). Raises :class:`InvalidArgument` for a
+        ``block_size`` that is not a positive int or ``packed`` that is not ``bytes``."""
+        if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
+            raise InvalidArgument(f"block_size must be a positive int, got {block_size!r}")
+        if type(packed) is not bytes:
+            raise InvalidArgument(
+                f"packed tokens must be bytes (pack_int32), got {type(packed).__name__}")
         packed_chain = self.algorithm.packed_chain
         if packed_chain is None:
             return None
