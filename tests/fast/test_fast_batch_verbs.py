@@ -1,4 +1,5 @@
-"""``admit``, ``step``, ``cache_full_blocks_batch`` and ``free_tables``: the fast pool's one-kernel
+"""``admit``, ``admit_into``, ``step``, ``cache_full_blocks_batch`` and ``free_tables``: the fast
+pool's one-kernel
 verbs equal their generic compositions in :mod:`kvpool.batch`.
 
 Five pools run every call in lockstep: the generic composition on a spec, a reference and a
@@ -35,7 +36,8 @@ from kvpool.errors import (
 from kvpool.request import Request
 
 HBS = 4
-VERBS = ("admit", "step", "cache_full_blocks_batch", "free_tables", "allocate_and_cache")
+VERBS = ("admit", "admit_into", "step", "cache_full_blocks_batch", "free_tables",
+         "allocate_and_cache")
 
 
 class Recorder:
@@ -103,6 +105,22 @@ class Lockstep:
         if verb.startswith("_"):
             raise AttributeError(verb)
         return lambda *args, **kw: self.call(verb, *args, **kw)
+
+    def admit_into(self, request, table, *args):
+        """``admit_into`` everywhere, each pool writing into its own copy of ``table``; the
+        copies must agree afterwards (written alike, or left alike). Returns the spec's
+        result and its copy."""
+        copies = [table.copy() for _ in self.pools]
+        for copy in copies:
+            copy.flags.writeable = table.flags.writeable
+        mine = iter(copies)
+        try:
+            result = self.call("admit_into", per_pool=lambda pool, log: (
+                request, next(mine), *args))
+        finally:
+            for copy in copies[1:]:
+                assert np.array_equal(copy, copies[0]), (copy, copies[0])
+        return result, copies[0]
 
     def unpin(self, blocks) -> None:
         """Unpin everywhere; each pool's watcher calls go to its log."""
@@ -222,6 +240,103 @@ def test_a_raising_watcher_does_not_cut_admit_short():
     hits, new = caught.value.result
     assert hits == [] and b in new
     assert all(key is not None for key in pools.spec.abstract().state.primary_key[1:])
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_admit_into_writes_what_admit_returns_into_the_table(events):
+    twins = Lockstep(12, enable_kv_cache_events=events)  # admit, for the expected values
+    pools = Lockstep(12, enable_kv_cache_events=events)
+    a = request("a", ["p0", "p1", "p2", "a3", "a4"])
+    for p in (twins, pools):
+        cached_and_freed(p, a, 4)
+    b = request("b", ["p0", "p1", "p2", "b3", "b4", "b5"])
+    table = np.full(8, -7, np.int64)
+    assert twins.admit(b, 5, 6, 6, 6, HBS, 0) is None
+    result, written = pools.admit_into(b, table, 5, 6, 6, 6, HBS, 0)
+    assert result is None and (written == -7).all()  # refused: the table is left as it was
+    hits, new = twins.admit(b, 5, 6, 6, 5, HBS, 0)
+    result, written = pools.admit_into(b, table, 5, 6, 6, 5, HBS, 0)
+    assert result == len(hits) == 3
+    assert written.tolist() == hits + new + [-7, -7]  # only table[:num_blocks] is written
+    assert pools.spec.abstract() == twins.spec.abstract()
+
+
+def test_admit_into_writes_a_strided_row_of_a_block_table():
+    # A scheduler's 2-D block table: a row, or a strided view of one, is a valid table.
+    pools = [make_pool(12, backend="spec", hash_block_size=HBS),
+             fast_pool(12, jit=True, hash_block_size=HBS),
+             fast_pool(12, jit=False, hash_block_size=HBS)]
+    rows = [np.full((2, 12), -1, np.int64) for _ in pools]
+    for pool, table in zip(pools, rows, strict=True):
+        admit_into = getattr(pool, "admit_into", partial(batch.admit_into, pool))
+        r = request("r", ["x0", "x1", "x2", "x3"])
+        assert admit_into(r, table[1, ::2], 3, 4, 4, 0, HBS, 0) == 0
+        batch.free_tables(pool, [table[1, :8:2]])
+        assert admit_into(r, table[0, 1:], 3, 5, 4, 0, HBS, 0) == 3
+    assert all(np.array_equal(t, rows[0]) for t in rows)
+    assert all(p.abstract() == pools[0].abstract() for p in pools)
+    first, second = rows[0][1, :8:2].tolist(), rows[0][0].tolist()
+    assert second[1:4] == first[:3] and -1 not in second[1:6] and second[6:] == [-1] * 6
+
+
+def test_admit_into_without_caching_and_of_nothing():
+    pools = Lockstep(8, enable_caching=False)
+    r = request("r", ["x0", "x1", "x2"])
+    result, written = pools.admit_into(r, np.zeros(3, np.int64), 2, 3, 3, 0, HBS, 0)
+    assert result == 0 and written.tolist() == [1, 2, 3]
+    result, written = pools.admit_into(r, np.zeros(0, np.int64), 0, 0, 0, 0, HBS, 0)
+    assert result == 0 and written.size == 0
+
+
+def test_admit_into_rejects_a_bad_table_before_anything_happens():
+    pools = Lockstep(8)
+    r = request("r", ["x0", "x1", "x2"])
+    read_only = np.zeros(3, np.int64)
+    read_only.flags.writeable = False
+    for table, message in [
+        (np.zeros(2, np.int64), "room for 2 block ids, 3 are admitted"),
+        (np.zeros(3, np.int32), "1-D int64"),
+        (np.zeros(3, np.dtype(">i8")), "1-D int64"),
+        (np.zeros((1, 3), np.int64), "1-D int64"),
+        (read_only, "writable"),
+    ]:
+        with pytest.raises(InvalidArgument, match=message):
+            pools.admit_into(r, table, 2, 3, 3, 0, HBS, 0)
+    for table in ([0, 0, 0], None):
+        with pytest.raises(InvalidArgument, match="numpy int64 array"):
+            pools.call("admit_into", r, table, 2, 3, 3, 0, HBS, 0)
+    # The table is checked first, then admit's own checks, with admit's messages.
+    with pytest.raises(InvalidArgument, match="num_full_blocks"):
+        pools.admit_into(r, np.zeros(3, np.int64), 2, 3, 4, 0, HBS, 0)
+    with pytest.raises(InvalidArgument):
+        pools.admit_into(r, np.zeros(3, np.int64), 2, -3, 0, 0, HBS, 0)
+    assert all(p.abstract().state.ref_cnt.count(0) == 8 for p in pools.pools)
+
+
+def test_a_raising_watcher_does_not_cut_admit_into_short():
+    pools = Lockstep(6)
+    (b,) = pools.get_new_blocks(1)
+
+    def unpin(pool, log):
+        def watcher(block):
+            log.append(("watcher", block))
+            raise RuntimeError("boom")
+
+        return [b], watcher
+
+    pools.call("unpin_blocks", per_pool=unpin)
+    r = request("r", ["x0", "x1", "x2", "x3", "x4"])
+    tables = []
+
+    def per_pool(pool, log):
+        tables.append(np.full(5, -1, np.int64))
+        return r, tables[-1], 4, 5, 5, 0, HBS, 0
+
+    with pytest.raises(WatcherError) as caught:
+        pools.call("admit_into", per_pool=per_pool)
+    assert caught.value.result == 0  # the hits; the table is written all the same
+    assert all(t.tolist() == tables[0].tolist() for t in tables) and b in tables[0]
+    assert -1 not in tables[0]
 
 
 def test_a_waiting_request_asking_again_sees_every_change_to_its_hits():
@@ -447,8 +562,8 @@ def test_random_programs_agree_on_every_pool(data, events, metrics, caching):
                 for i in range(3)]
     tables: list[list[int]] = []
     for _ in range(draw(st.integers(1, 8), label="calls")):
-        op = draw(st.sampled_from(["admit", "step", "step", "free", "cache", "unpin",
-                                   "partial", "rehash"]), label="op")
+        op = draw(st.sampled_from(["admit", "admit_into", "step", "step", "free", "cache",
+                                   "unpin", "partial", "rehash"]), label="op")
         r = draw(st.sampled_from(requests))
         try:
             if op == "rehash":  # the packed companion must follow (or drop) every change
@@ -460,6 +575,15 @@ def test_random_programs_agree_on_every_pool(data, events, metrics, caching):
                                      HBS, draw(st.integers(0, 1)))
                 if result is not None:
                     tables.append(result[0] + result[1])
+            elif op == "admit_into":
+                num = draw(st.integers(0, 5))
+                table = np.full(draw(st.integers(num, num + 2)), -1, np.int64)
+                hits, written = pools.admit_into(r, table, draw(st.integers(0, num)), num,
+                                                 draw(st.integers(0, num)),
+                                                 draw(st.integers(0, 6)), HBS,
+                                                 draw(st.integers(0, 1)))
+                if hits is not None:
+                    tables.append(written[:num].tolist())
             elif op in ("step", "cache", "free"):
                 items = []
                 if op != "free" and tables:

@@ -8,6 +8,7 @@ afterwards as ``WatcherError`` / ``MetricsCollectorError`` carrying the result.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hostile import BACKENDS, Recorder, pool_of, request
 
@@ -49,7 +50,8 @@ def test_a_watcher_unpinning_another_block_is_refused_and_every_watcher_still_fi
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("verb", ["get_new_blocks", "free_blocks", "touch", "evict_blocks",
-                                  "reset_prefix_cache", "cache_full_blocks", "admit", "step"])
+                                  "reset_prefix_cache", "cache_full_blocks", "admit", "admit_into",
+                                  "step"])
 def test_every_state_changing_call_from_a_collector_is_refused(backend, verb):
     pool = pool_of(backend, metrics_collector=None)
     r = request()
@@ -63,6 +65,9 @@ def test_every_state_changing_call_from_a_collector_is_refused(backend, verb):
         "cache_full_blocks": lambda: pool.cache_full_blocks(r, held, 0, 1, 2, 0),
         "admit": lambda: (pool.admit if hasattr(pool, "admit") else
                           lambda *a: batch.admit(pool, *a))(r, 0, 1, 0, 0, 2, 0),
+        "admit_into": lambda: (pool.admit_into if hasattr(pool, "admit_into") else
+                               lambda *a: batch.admit_into(pool, *a))(
+                                   r, np.zeros(1, np.int64), 0, 1, 0, 0, 2, 0),
         "step": lambda: (pool.step if hasattr(pool, "step") else
                          lambda *a: batch.step(pool, *a))([], 1, [], 2, 0),
     }
@@ -123,6 +128,20 @@ def test_admit_and_step_finish_when_a_collector_raises(backend):
         step([], 2, [new, new], 2, 0)
     assert len(caught.value.result) == 2
     assert pool.abstract().state.ref_cnt[new[0]] == 0  # both frees ran
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_admit_into_writes_its_table_when_a_collector_raises(backend):
+    collector = Recorder(fail=("on_block_allocated",))
+    pool = pool_of(backend, metrics_collector=collector)
+    admit_into = getattr(pool, "admit_into", None) or (
+        lambda *a: batch.admit_into(pool, *a))
+    table = np.full(5, -1, np.int64)
+    with pytest.raises(MetricsCollectorError) as caught:
+        admit_into(request(), table, 4, 4, 4, 0, 2, 0)
+    assert caught.value.result == 0  # no hits; the admission completed
+    allocated = [args[0] for name, args in collector.calls if name == "on_block_allocated"]
+    assert table.tolist() == [*allocated, -1]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

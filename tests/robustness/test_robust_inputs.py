@@ -57,6 +57,9 @@ def test_a_request_events_cannot_describe_is_rejected_before_any_key_is_stored(b
     rejected(pool, InvalidArgument, verb(pool, "allocate_and_cache"), bare, blocks, 1, 0, 2,
              2, 0)
     rejected(pool, InvalidArgument, verb(pool, "admit"), bare, 0, 2, 2, 0, 2, 0)
+    table = np.full(2, -1, np.int64)
+    rejected(pool, InvalidArgument, verb(pool, "admit_into"), bare, table, 0, 2, 2, 0, 2, 0)
+    assert table.tolist() == [-1, -1]
     good = request()
     pool.cache_full_blocks(good, blocks, 0, 2, 2, 0)
     assert [e.seq for e in pool.take_events()] == [0]  # no sequence number was consumed

@@ -8,6 +8,7 @@ numbers included), metrics calls and watcher calls. Tests compare the two.
 
 * :func:`find_longest_cache_hit` — blocks of the longest prefix every group has cached. Pure.
 * :func:`admit` — a new request: lookup, admission test, touch, allocate, cache; or nothing.
+  :func:`admit_into` is the same admission writing the table into the caller's array.
 * :func:`step` — one decode step: cache the blocks that filled, allocate, free finished
   requests. :func:`cache_full_blocks_batch` and :func:`free_tables` are its two halves.
 * :func:`allocate_and_cache` — ``get_new_blocks`` then ``cache_full_blocks`` for one request.
@@ -43,6 +44,7 @@ from kvpool.batch.checks import (
     count,
     dims,
     table_ids,
+    table_rejection,
     write_rejection,
 )
 from kvpool.batch.observe import Observer, observe
@@ -168,6 +170,55 @@ def admit(
                                kv_cache_group_id)
     _raise_held(held, (hits, new))
     return hits, new
+
+
+def admit_into(
+    pool: Any,
+    request: Any,
+    table: Any,
+    max_hit_blocks: int,
+    num_blocks: int,
+    num_full_blocks: int,
+    reserve_blocks: int,
+    block_size: int,
+    kv_cache_group_id: int,
+) -> int | None:
+    """:func:`admit`, with the table written into ``table[:num_blocks]`` (the hits, then the
+    new blocks) and the number of hits returned; ``None`` when the request does not fit.
+
+    For a scheduler that keeps its block tables as int64 arrays (vLLM's ``BlockTable``
+    does): no list of ids is built and none is copied. Equivalent to::
+
+        result = admit(pool, request, max_hit_blocks, num_blocks, num_full_blocks,
+                       reserve_blocks, block_size, kv_cache_group_id)
+        if result is None:
+            return None
+        hits, new = result
+        table[:num_blocks] = hits + new
+        return len(hits)
+
+    ``table`` must be a writable 1-D int64 numpy array with at least ``num_blocks`` entries,
+    else InvalidArgument, checked first; then :func:`admit`'s errors. ``table`` is written
+    only when the request is admitted: a refusal or an error leaves it as it was. A callback
+    error (the admission completed) carries the number of hits as ``.result``, the table
+    written. O(hits + num_blocks).
+    """
+    error = table_rejection(table, count(num_blocks))
+    if error:
+        raise error
+    try:
+        result = admit(pool, request, max_hit_blocks, num_blocks, num_full_blocks,
+                       reserve_blocks, block_size, kv_cache_group_id)
+    except CallbackError as error:
+        hits, new = error.result
+        table[: len(hits) + len(new)] = hits + new
+        error.result = len(hits)
+        raise
+    if result is None:
+        return None
+    hits, new = result
+    table[: len(hits) + len(new)] = hits + new
+    return len(hits)
 
 
 def step_rejection(
@@ -313,6 +364,7 @@ def allocate_and_cache(
 __all__ = [
     "Observer",
     "admit",
+    "admit_into",
     "admit_rejection",
     "allocate_and_cache",
     "allocation_rejection",
@@ -326,4 +378,5 @@ __all__ = [
     "step",
     "step_rejection",
     "table_ids",
+    "table_rejection",
 ]

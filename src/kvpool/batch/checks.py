@@ -100,6 +100,23 @@ def table_ids(pool: Any, blocks: Iterable[object]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def table_rejection(table: object, num_blocks: object) -> KvPoolError | None:
+    """``admit_into``'s check of the array it writes: a writable 1-D int64 numpy array with
+    room for ``num_blocks`` ids (the length is checked only when ``num_blocks`` is a valid
+    count; otherwise the count's own check reports it). Pure."""
+    if type(table) is not np.ndarray:
+        return InvalidArgument(f"table must be a numpy int64 array, got {type(table).__name__}")
+    if table.dtype != np.int64 or table.ndim != 1:
+        return InvalidArgument(f"table must be a 1-D int64 array, got {table.ndim}-D "
+                               f"{table.dtype}")
+    if not table.flags.writeable:
+        return InvalidArgument("table must be writable")
+    if type(num_blocks) is int and 0 <= num_blocks and table.shape[0] < num_blocks:
+        return InvalidArgument(f"table has room for {table.shape[0]} block ids, "
+                               f"{num_blocks} are admitted")
+    return None
+
+
 def check_bytes(hashes: Sequence[object]) -> None:
     """Raise InvalidArgument at the first hash that is not ``bytes``."""
     if set(map(type, hashes)) - {bytes}:

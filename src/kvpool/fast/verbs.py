@@ -42,6 +42,7 @@ _NDARRAY = np.ndarray
 _NO_BYTES = np.empty(0, np.uint8)
 _NO_LENS = uniform_lens(0, 0)
 _MAX_RESERVE = 2**62  # larger reserves (never admitted) take the generic path
+_GENERIC = object()  # a lean path's answer: take the generic path
 
 
 class _FastObserver:
@@ -202,8 +203,41 @@ class FastBatchVerbs:
         kernel call; see :func:`kvpool.batch.admit`. O(hits + num_blocks)."""
         if self._delivering:
             self._refuse_reentry("admit")  # type: ignore[attr-defined]
+        result = self._admit_lean(None, request, max_hit_blocks, num_blocks, num_full_blocks,
+                                  reserve_blocks, block_size, kv_cache_group_id)
+        if result is not _GENERIC:
+            return result
+        return batch.admit(self, request, max_hit_blocks, num_blocks, num_full_blocks,
+                           reserve_blocks, block_size, kv_cache_group_id)
+
+    def admit_into(self, request: Any, table: Any, max_hit_blocks: int, num_blocks: int,
+                   num_full_blocks: int, reserve_blocks: int, block_size: int,
+                   kv_cache_group_id: int) -> int | None:
+        """:meth:`admit` writing the table into ``table[:num_blocks]``; the number of hits,
+        or ``None``. See :func:`kvpool.batch.admit_into`. The ids are copied once, array to
+        array: no list is built. O(hits + num_blocks)."""
+        if self._delivering:
+            self._refuse_reentry("admit_into")  # type: ignore[attr-defined]
+        if (type(table) is _NDARRAY and table.dtype is _INT64 and table.ndim == 1
+                and type(num_blocks) is int and 0 <= num_blocks <= table.shape[0]
+                and table.flags.writeable):
+            result = self._admit_lean(table, request, max_hit_blocks, num_blocks,
+                                      num_full_blocks, reserve_blocks, block_size,
+                                      kv_cache_group_id)
+            if result is not _GENERIC:
+                return result
+        return batch.admit_into(self, request, table, max_hit_blocks, num_blocks,
+                                num_full_blocks, reserve_blocks, block_size, kv_cache_group_id)
+
+    def _admit_lean(self, into: np.ndarray | None, request: Any, max_hit_blocks: int,
+                    num_blocks: int, num_full_blocks: int, reserve_blocks: int,
+                    block_size: int, kv_cache_group_id: int) -> Any:
+        """The admission as one kernel call, when the arguments take the lean path: the
+        result of :meth:`admit` (``into`` None) or of :meth:`admit_into` (the table written
+        into ``into``, checked by the caller), ``None`` when refused, or ``_GENERIC`` for
+        the generic path (which also finds any error)."""
         hashes = getattr(request, "block_hashes", None)
-        if (type(max_hit_blocks) is int and type(num_blocks) is int
+        if not (type(max_hit_blocks) is int and type(num_blocks) is int
                 and type(num_full_blocks) is int and type(reserve_blocks) is int
                 and type(kv_cache_group_id) is int and type(block_size) is int
                 and block_size == self.hash_block_size
@@ -213,31 +247,38 @@ class FastBatchVerbs:
                 and type(hashes) in _HASH_LISTS and num_full_blocks <= len(hashes)
                 and not (self.enable_kv_cache_events and self.enable_caching and write_rejection(
                     self, request, hashes, 0, num_full_blocks, block_size, kv_cache_group_id))):
-            if self.enable_caching:
-                packed = self._packed_prefix(hashes, max(max_hit_blocks, num_full_blocks))
+            return _GENERIC
+        if self.enable_caching:
+            packed = self._packed_prefix(hashes, max(max_hit_blocks, num_full_blocks))
+            if packed is None:
+                return _GENERIC
+        else:
+            packed = (_NO_BYTES, _NO_LENS, 0)
+        buf, lens, max_len = packed
+        memo, known = self._scan_memo(packed, kv_cache_group_id, num_blocks)
+        st = self._st
+        code = st.admit(memo, known, buf, lens, max_len, max_hit_blocks, num_blocks,
+                        num_full_blocks, reserve_blocks, 1, kv_cache_group_id)
+        self._memo_len = st.result() if code in (k.OK, k.REFUSED) else 0
+        if code == k.OK:
+            h = st.result()
+            out = self._out
+            if into is None:
+                ids = out[:num_blocks].tolist()
+                result: Any = (ids[:h], ids[h:])
             else:
-                packed = (_NO_BYTES, uniform_lens(0, 0), 0)
-            if packed is not None:
-                buf, lens, max_len = packed
-                memo, known = self._scan_memo(packed, kv_cache_group_id, num_blocks)
-                code = self._st.admit(memo, known, buf, lens, max_len, max_hit_blocks,
-                                      num_blocks, num_full_blocks, reserve_blocks, 1,
-                                      kv_cache_group_id)
-                self._memo_len = self._st.result() if code in (k.OK, k.REFUSED) else 0
-                if code == k.OK:
-                    table = self._out[:num_blocks].tolist()
-                    h = self._st.result()
-                    if self.enable_kv_cache_events:
-                        self._record_call([(request, self._stored(  # type: ignore[attr-defined]
-                            hashes[h:num_full_blocks], table[h:num_full_blocks], None, h,
-                            num_full_blocks, block_size, kv_cache_group_id))])
-                    return table[:h], table[h:]
-                if code == k.REFUSED:
-                    return None
-                if code != k.NEED_FULL:
-                    raise self._internal(code)  # type: ignore[attr-defined]
-        return batch.admit(self, request, max_hit_blocks, num_blocks, num_full_blocks,
-                           reserve_blocks, block_size, kv_cache_group_id)
+                into[:num_blocks] = out[:num_blocks]
+                result = h
+            if self.enable_kv_cache_events:
+                self._record_call([(request, self._stored(  # type: ignore[attr-defined]
+                    hashes[h:num_full_blocks], out[h:num_full_blocks].tolist(), None, h,
+                    num_full_blocks, block_size, kv_cache_group_id))])
+            return result
+        if code == k.REFUSED:
+            return None
+        if code != k.NEED_FULL:
+            raise self._internal(code)  # type: ignore[attr-defined]
+        return _GENERIC
 
     def _scan_memo(self, packed: tuple, group: int, num_blocks: int) -> tuple[np.ndarray, int]:
         """The memo of the last admission scan, and how many of its positions apply: all

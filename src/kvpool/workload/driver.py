@@ -39,7 +39,8 @@ running order. So a need that follows a finish in running order starts a new ``s
 (one call per run of needs and finishes; with one ``output_len`` for all, finishers are
 contiguous and a step takes at most two calls). With ``block_size == 1`` a block fills as it
 starts, so the filled blocks are cached in a last call of their own, after the allocation.
-Phase 1 is one :func:`~kvpool.batch.admit` per attempt.
+Phase 1 is one :func:`~kvpool.batch.admit_into` per attempt: the admission writes the hits
+and new blocks straight into the request's table array.
 
 The driver keeps two mirrors of its own making: how many running requests hold each block
 and which blocks it has cached since their last allocation. A block handed out by an
@@ -72,7 +73,7 @@ from kvpool.request import Request
 from kvpool.workload.timing import TimedCalls
 from kvpool.workload.tokens import output_tokens
 from kvpool.workload.trace import TraceRequest, check_unique_ids
-from kvpool.workload.verbs import GROUP_IDS, admit_verb, step_verb
+from kvpool.workload.verbs import GROUP_IDS, admit_into_verb, step_verb
 
 HASH_SEED = "kvpool-replay"
 """Explicit NONE_HASH seed: replays never read the environment and never warn."""
@@ -248,7 +249,7 @@ class _Driver(TimedCalls):
         self.max_running = max_running
         self.block_hasher = block_hasher
         self.caching = bool(pool.enable_caching)
-        self.admit = admit_verb(pool)
+        self.admit = admit_into_verb(pool)
         self.step = step_verb(pool)
         self.held = [0] * pool.num_gpu_blocks  # running requests holding each block
         self.keyed = bytearray(pool.num_gpu_blocks)  # cached by us since last allocated
@@ -402,23 +403,21 @@ class _Driver(TimedCalls):
             # At most (prompt_len - 1) // bs hits: the last prompt token is recomputed.
             max_hit = (prompt_len - 1) // bs if self.caching else 0
             num_full = prompt_len // bs if self.caching else 0
-            admitted_blocks = self._call("admit", self.admit, request, max_hit, prompt_blocks,
-                                         num_full, future + self.reserved, bs, GROUP_IDS[0])
-            if admitted_blocks is None:
+            table = np.empty(total_blocks, np.int64)
+            num_hits = self._call("admit", self.admit, request, table, max_hit, prompt_blocks,
+                                  num_full, future + self.reserved, bs, GROUP_IDS[0])
+            if num_hits is None:
                 if not self.running:
                     # replay() checked every request fits an empty pool; an empty pool that
                     # does not admit the head would loop for ever.
                     raise AssertionError(f"request {spec.id!r} does not fit an idle pool")
                 break
             waiting.popleft()
-            hits, new = admitted_blocks
-            for b in hits:
-                self.held[b] += 1
-            self._allocated(new)
-            table = np.empty(total_blocks, np.int64)
-            table[: len(hits)] = hits
-            table[len(hits) : prompt_blocks] = new
-            entry = _Running(request, table, prompt_blocks, len(hits), spec.output_len, future)
+            held = self.held
+            for b in table[:num_hits].tolist():
+                held[b] += 1
+            self._allocated(table[num_hits:prompt_blocks].tolist())
+            entry = _Running(request, table, prompt_blocks, num_hits, spec.output_len, future)
             if self.caching:
                 self._cached(entry, num_full)
             self.reserved += future
@@ -428,7 +427,7 @@ class _Driver(TimedCalls):
             self.running.append(entry)
             self.requests += 1
             self.prompt_tokens += prompt_len
-            self.hit_tokens += len(hits) * bs
+            self.hit_tokens += num_hits * bs
             admitted = True
         return admitted
 

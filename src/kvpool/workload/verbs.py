@@ -52,6 +52,12 @@ def admit_verb(pool: Any) -> Callable[..., tuple[list[int], list[int]] | None]:
     return _verb(pool, "admit")
 
 
+def admit_into_verb(pool: Any) -> Callable[..., int | None]:
+    """:func:`kvpool.batch.admit_into` for ``pool``: ``(request, table, max_hit_blocks,
+    num_blocks, num_full_blocks, reserve_blocks, block_size, group) -> hits | None``."""
+    return _verb(pool, "admit_into")
+
+
 def step_verb(pool: Any) -> Callable[..., list[int]]:
     """:func:`kvpool.batch.step` for ``pool``: ``(cache_items, num_new_blocks, free_tables,
     block_size, group) -> new block ids``."""
@@ -65,6 +71,7 @@ def free_tables_verb(pool: Any) -> Callable[[Sequence[Any]], None]:
 
 __all__ = [
     "GROUP_IDS",
+    "admit_into_verb",
     "admit_verb",
     "allocate_and_cache_verb",
     "free_tables_verb",
