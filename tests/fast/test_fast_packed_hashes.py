@@ -58,6 +58,37 @@ def test_admit_reads_the_companion_and_a_plain_list_still_packs(calls):
     assert calls == {"companion": 1, "list": 1}
 
 
+def test_admit_reads_a_packed_companion_buffer_as_it_is(calls):
+    pool = fast_pool(16, jit=True, hash_block_size=HBS)
+    r = request("r", ["p0", "p1", "p2", "r3"])
+    r.block_hashes.pack()  # as a Request does when it hashes its prompt
+    hits, new = pool.admit(r, 3, 4, 4, 0, HBS, 0)
+    assert hits == [] and calls == {}  # no view, no pass over the hashes
+    pool.free_blocks(new[::-1])
+    r.block_hashes.append(block_hash("r4"))  # not packed yet, and not read: still as it is
+    hits, _ = pool.admit(r, 3, 4, 4, 0, HBS, 0)
+    assert hits == new[:3] and calls == {}
+
+
+def test_a_refused_admission_leaves_a_memo_the_next_attempt_uses():
+    pool = fast_pool(8, jit=True, hash_block_size=HBS)
+    a = request("a", ["p0", "p1", "p2"])
+    a.block_hashes.pack()
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(a, blocks, 0, 3, HBS, 0)
+    pool.free_blocks(blocks[::-1])
+    held = pool.get_new_blocks(3)  # 4 free left, 3 of them cached hits
+    b = request("b", ["p0", "p1", "p2", "b3", "b4"])
+    b.block_hashes.pack()
+    assert pool.admit(b, 4, 5, 5, 0, HBS, 0) is None  # 3 evictable + 2 new > 4 free
+    _, known = pool._scan_memo(b.block_hashes.buffer, 0, 5)
+    assert known == 3  # the same buffer, the same group: the three hits are remembered
+    assert pool._scan_memo(b.block_hashes.buffer, 1, 5)[1] == 0  # another group: none
+    pool.free_blocks(held[:1])
+    hits, new = pool.admit(b, 4, 5, 5, 0, HBS, 0)
+    assert hits == blocks and len(new) == 2
+
+
 def test_a_waiting_request_gets_the_same_packed_hashes_until_they_change(calls):
     pool = fast_pool(8, jit=True, hash_block_size=HBS)
     r = request("r", ["a0", "a1", "a2"])

@@ -103,8 +103,8 @@ class FastBatchVerbs:
     _last_view: tuple | None = None  # ... of a companion: (list, its buffer, count, packed)
     _memo: np.ndarray | None = None  # _scan_memo: (key row, generation) per hit position
     _memo_len = 0
-    _memo_of: tuple[int, int] | None = None
-    _memo_packed: tuple | None = None
+    _memo_source: Any = None  # _scan_memo: where the remembered hashes came from
+    _memo_group = -1
 
     def observe(self) -> batch.Observer:
         """Facts about blocks for :mod:`kvpool.batch`'s up-front checks. O(1) per fact."""
@@ -248,14 +248,22 @@ class FastBatchVerbs:
                 and not (self.enable_kv_cache_events and self.enable_caching and write_rejection(
                     self, request, hashes, 0, num_full_blocks, block_size, kv_cache_group_id))):
             return _GENERIC
-        if self.enable_caching:
-            packed = self._packed_prefix(hashes, max(max_hit_blocks, num_full_blocks))
-            if packed is None:
-                return _GENERIC
+        read = max(max_hit_blocks, num_full_blocks)
+        source: Any = None  # what the hashes came from: the memo's key (see _scan_memo)
+        if not self.enable_caching:
+            buf, lens, max_len = _NO_BYTES, _NO_LENS, 0
+        elif type(hashes) is BlockHashList and 0 < read <= hashes.packed_count:
+            # The companion covers every hash read: its buffer as it is, no view, no pass
+            # (the kernel reads the first ``read`` digests; bytes once packed never change).
+            buf = source = hashes.buffer
+            max_len = hashes.width
+            lens = uniform_lens(read, max_len)
         else:
-            packed = (_NO_BYTES, _NO_LENS, 0)
-        buf, lens, max_len = packed
-        memo, known = self._scan_memo(packed, kv_cache_group_id, num_blocks)
+            source = self._packed_prefix(hashes, read)
+            if source is None:
+                return _GENERIC
+            buf, lens, max_len = source
+        memo, known = self._scan_memo(source, kv_cache_group_id, num_blocks)
         st = self._st
         code = st.admit(memo, known, buf, lens, max_len, max_hit_blocks, num_blocks,
                         num_full_blocks, reserve_blocks, 1, kv_cache_group_id)
@@ -280,18 +288,24 @@ class FastBatchVerbs:
             raise self._internal(code)  # type: ignore[attr-defined]
         return _GENERIC
 
-    def _scan_memo(self, packed: tuple, group: int, num_blocks: int) -> tuple[np.ndarray, int]:
+    def _scan_memo(self, source: Any, group: int, num_blocks: int) -> tuple[np.ndarray, int]:
         """The memo of the last admission scan, and how many of its positions apply: all
-        the valid ones when these are the same packed hashes in the same group (a waiting
-        request asking again), else none. The kernel re-checks each by key generation."""
+        the valid ones when the hashes come from the very same ``source`` in the same group
+        (a waiting request asking again), else none. The kernel re-checks each position by
+        key generation.
+
+        ``source`` is a companion's buffer or a packed tuple: its first digests never change
+        while it lives, and it is kept here, so its identity cannot pass to another object.
+        """
         memo = self._memo
         if memo is None or memo.shape[1] < num_blocks:
             size = max(num_blocks, 64, 0 if memo is None else 2 * memo.shape[1])
             memo = self._memo = np.zeros((2, size), np.int64)
             self._memo_len = 0
-        known = self._memo_len if self._memo_of == (id(packed), group) else 0
-        self._memo_of = (id(packed), group)
-        self._memo_packed = packed  # keeps id(packed) from being reused while remembered
+        known = self._memo_len if (self._memo_source is source
+                                   and self._memo_group == group) else 0
+        self._memo_source = source
+        self._memo_group = group
         return memo, known
 
     def _packed_prefix(self, hashes: list[Any], read: int) -> tuple | None:
