@@ -210,7 +210,7 @@ def admit_into(
         result = admit(pool, request, max_hit_blocks, num_blocks, num_full_blocks,
                        reserve_blocks, block_size, kv_cache_group_id)
     except CallbackError as error:
-        hits, new = error.result
+        hits, new = cast(tuple[list[int], list[int]], error.result)
         table[: len(hits) + len(new)] = hits + new
         error.result = len(hits)
         raise

@@ -236,7 +236,7 @@ class FastBatchVerbs:
         result of :meth:`admit` (``into`` None) or of :meth:`admit_into` (the table written
         into ``into``, checked by the caller), ``None`` when refused, or ``_GENERIC`` for
         the generic path (which also finds any error)."""
-        hashes = getattr(request, "block_hashes", None)
+        hashes: Any = getattr(request, "block_hashes", None)
         if not (type(max_hit_blocks) is int and type(num_blocks) is int
                 and type(num_full_blocks) is int and type(reserve_blocks) is int
                 and type(kv_cache_group_id) is int and type(block_size) is int
@@ -250,6 +250,7 @@ class FastBatchVerbs:
             return _GENERIC
         read = max(max_hit_blocks, num_full_blocks)
         source: Any = None  # what the hashes came from: the memo's key (see _scan_memo)
+        buf: Any
         if not self.enable_caching:
             buf, lens, max_len = _NO_BYTES, _NO_LENS, 0
         elif type(hashes) is BlockHashList and 0 < read <= hashes.packed_count:

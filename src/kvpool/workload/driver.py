@@ -144,11 +144,12 @@ class SimulationReport:
 
 
 class _Running:
-    """A running request: its hashes, block table (``table[:length]``), decode progress and
-    the decode blocks still promised to it (``owed``)."""
+    """A running request: its hashes, block table (``table[:length]``), decode progress
+    (``position``: the KV slot of its last sampled token, ``request.num_tokens - 1``) and the
+    decode blocks still promised to it (``owed``)."""
 
     __slots__ = ("generated", "length", "num_cached", "output_len", "outputs", "owed",
-                 "request", "table")
+                 "position", "request", "table")
 
     def __init__(self, request: Request, table: np.ndarray, length: int, num_cached: int,
                  output_len: int, owed: int):
@@ -160,6 +161,7 @@ class _Running:
         self.outputs = output_tokens(request.request_id, output_len)
         self.owed = owed
         self.generated = 0
+        self.position = request.num_tokens - 1
 
     def blocks(self) -> np.ndarray:
         return self.table[: self.length]
@@ -168,6 +170,7 @@ class _Running:
         """Append the next output token (the KV of the previous one was just computed)."""
         self.request.output_token_ids.append(self.outputs[self.generated])
         self.generated += 1
+        self.position += 1
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -329,12 +332,12 @@ class _Driver(TimedCalls):
             if entry.generated >= entry.output_len:
                 segments[-1][1].append(entry)
                 continue
-            position = entry.request.num_tokens - 1  # the last sampled token's KV slot
-            if position % bs == 0:
+            offset = entry.position % bs  # where the last sampled token's KV goes
+            if offset == 0:
                 if segments[-1][1]:
                     segments.append(([], []))
                 segments[-1][0].append(entry)
-            if (position + 1) % bs == 0:
+            if offset == bs - 1:
                 filled.append(entry)
             still.append(entry)
         self.running = still
