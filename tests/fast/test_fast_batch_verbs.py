@@ -279,6 +279,16 @@ def test_admit_into_writes_a_strided_row_of_a_block_table():
     assert second[1:4] == first[:3] and -1 not in second[1:6] and second[6:] == [-1] * 6
 
 
+def test_admit_into_writes_an_ndarray_subclass_through_the_generic_path():
+    class Rows(np.ndarray):  # as np.memmap is: the lean path takes exact arrays only
+        pass
+
+    pools = Lockstep(8)
+    r = request("r", ["x0", "x1", "x2"])
+    result, written = pools.admit_into(r, np.zeros(3, np.int64).view(Rows), 2, 3, 3, 0, HBS, 0)
+    assert result == 0 and type(written) is Rows and written.tolist() == [1, 2, 3]
+
+
 def test_admit_into_without_caching_and_of_nothing():
     pools = Lockstep(8, enable_caching=False)
     r = request("r", ["x0", "x1", "x2"])

@@ -101,10 +101,11 @@ def table_ids(pool: Any, blocks: Iterable[object]) -> tuple[int, ...]:
 
 
 def table_rejection(table: object, num_blocks: object) -> KvPoolError | None:
-    """``admit_into``'s check of the array it writes: a writable 1-D int64 numpy array with
+    """``admit_into``'s check of the array it writes: a writable 1-D int64 numpy array (a
+    subclass such as ``np.memmap`` too) with
     room for ``num_blocks`` ids (the length is checked only when ``num_blocks`` is a valid
     count; otherwise the count's own check reports it). Pure."""
-    if type(table) is not np.ndarray:
+    if not isinstance(table, np.ndarray):
         return InvalidArgument(f"table must be a numpy int64 array, got {type(table).__name__}")
     if table.dtype != np.int64 or table.ndim != 1:
         return InvalidArgument(f"table must be a 1-D int64 array, got {table.ndim}-D "
