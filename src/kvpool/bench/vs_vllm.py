@@ -8,8 +8,8 @@ shapes per backend:
 
 * **vLLM pattern** — :func:`kvpool.bench.vllm_pattern.replay_vllm_pattern`: the kit's loop,
   call for call (one ``get_cached_block`` per lookup, one call per block batch);
-* **batch verbs** — :func:`kvpool.workload.driver.replay` (``kvpool simulate``): one ``admit``
-  per admission attempt, one ``step`` per scheduler step, same decisions;
+* **batch verbs** — :func:`kvpool.workload.driver.replay` (``kvpool simulate``): one
+  ``admit_into`` per admission attempt, one ``step`` per scheduler step, same decisions;
 * **batch verbs, raw hashing** — the same with ``raw_hash`` (default ``kvhash_raw``: one
   native call per prompt, not vLLM-compatible), for the wall time including hashing.
 
