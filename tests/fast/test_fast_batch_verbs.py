@@ -222,7 +222,9 @@ def test_admit_with_watchers_and_metrics_calls_back_like_the_composition():
     assert ("watcher", blocks[0]) in pools.logs[0]
 
 
-def test_a_raising_watcher_does_not_cut_admit_short():
+def held_block_with_a_raising_watcher() -> tuple[Lockstep, int]:
+    """Pools in lockstep (six blocks each), one block held and unpinned with a watcher that
+    raises (each pool's watcher logs to that pool's log first)."""
     pools = Lockstep(6)
     (b,) = pools.get_new_blocks(1)
 
@@ -234,6 +236,11 @@ def test_a_raising_watcher_does_not_cut_admit_short():
         return [b], watcher
 
     pools.call("unpin_blocks", per_pool=unpin)
+    return pools, b
+
+
+def test_a_raising_watcher_does_not_cut_admit_short():
+    pools, b = held_block_with_a_raising_watcher()
     r = request("r", ["x0", "x1", "x2", "x3", "x4"])
     with pytest.raises(WatcherError) as caught:
         pools.admit(r, 4, 5, 5, 0, HBS, 0)
@@ -324,17 +331,7 @@ def test_admit_into_rejects_a_bad_table_before_anything_happens():
 
 
 def test_a_raising_watcher_does_not_cut_admit_into_short():
-    pools = Lockstep(6)
-    (b,) = pools.get_new_blocks(1)
-
-    def unpin(pool, log):
-        def watcher(block):
-            log.append(("watcher", block))
-            raise RuntimeError("boom")
-
-        return [b], watcher
-
-    pools.call("unpin_blocks", per_pool=unpin)
+    pools, b = held_block_with_a_raising_watcher()
     r = request("r", ["x0", "x1", "x2", "x3", "x4"])
     tables = []
 
