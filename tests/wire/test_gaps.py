@@ -8,6 +8,7 @@ answers from a dict of batches. Every message, gap and replay is then exactly th
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import zmq
@@ -156,3 +157,42 @@ def test_malformed_messages_are_counted_and_skipped(scripted):
     publisher.send(0)
     stats = _until_next(subscriber, 1)
     assert stats.malformed == 1 and stats.batches == 1
+
+
+def test_a_disconnection_reported_after_the_poll_still_checks_the_next_batch(ctx, ipc):
+    # The race CI hit once: a restarted publisher's first batch that the subscriber receives
+    # is numbered exactly as the next one expected, and the socket monitor's disconnection
+    # report is not in the poll that woke the subscriber. The batch must still be checked.
+    pub_ep, replay_ep = ipc
+    first = ScriptedPublisher(ctx, pub_ep, replay_ep)
+    subscriber = Subscriber([Source(pub_ep, replay_ep, "e")], context=ctx, probe_interval=60)
+    second = None
+    try:
+        first.wait_for_subscriber()
+        for seq in range(2):
+            first.batch(seq)
+            first.send(seq)
+        _until_next(subscriber, 2)
+        first.close()
+        second = ScriptedPublisher(ctx, pub_ep, replay_ep)  # numbering starts again
+        (follow,) = subscriber._follows.values()
+        # Touch only the SUB socket (it re-subscribes when its thread runs the socket's
+        # commands), never the monitor: its disconnection report stays unread.
+        deadline = time.monotonic() + WAIT_S
+        while not second.pub.poll(10):
+            follow.sub.getsockopt(zmq.EVENTS)
+            assert time.monotonic() < deadline, "the subscriber never reconnected"
+        assert second.pub.recv()[0] == 1  # its subscription: the monitor has reported
+        for seq in range(3):
+            second.batch(seq, ts=1e9 + seq)
+        second.send(2)  # what the subscriber expects next
+        assert follow.sub.poll(int(WAIT_S * 1000))
+        subscriber._drain(follow)  # as a poll that saw the data but not the report would
+        stats = subscriber.stats()["e"]
+        assert stats.restarts == 1 and stats.exact and stats.next_seq == 3
+        assert _index(subscriber) == replay([_stored(i) for i in range(3)])
+    finally:
+        subscriber.close()
+        first.close()
+        if second is not None:
+            second.close()

@@ -247,6 +247,11 @@ class Subscriber:
                 frames = follow.sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+            if follow.monitor is not None:
+                # The monitor reports a disconnection before any batch of the connection
+                # that follows it can arrive, but the poll that woke us may predate that
+                # report: read it now, so that this batch is checked before it is applied.
+                self._watch(follow.monitor, follow)
             if len(frames) != 3 or len(frames[1]) != SEQ_BYTES:
                 follow.stats.malformed += 1
                 continue
