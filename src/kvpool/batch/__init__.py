@@ -206,18 +206,14 @@ def admit_into(
     error = table_rejection(table, count(num_blocks))
     if error:
         raise error
-    try:
-        result = admit(pool, request, max_hit_blocks, num_blocks, num_full_blocks,
-                       reserve_blocks, block_size, kv_cache_group_id)
-    except CallbackError as error:
-        hits, new = cast(tuple[list[int], list[int]], error.result)
-        table[: len(hits) + len(new)] = hits + new
-        error.result = len(hits)
-        raise
+    held: list[CallbackError] = []
+    result = _call(held, admit, pool, request, max_hit_blocks, num_blocks, num_full_blocks,
+                   reserve_blocks, block_size, kv_cache_group_id)
     if result is None:
         return None
     hits, new = result
     table[: len(hits) + len(new)] = hits + new
+    _raise_held(held, len(hits))
     return len(hits)
 
 
