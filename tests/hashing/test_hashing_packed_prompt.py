@@ -2,7 +2,9 @@
 
 The packed path must give exactly the hashes of the token path, be taken only while the
 request is being built (never from a stale copy), and step aside for prompts outside int32,
-short prompts and the vLLM-compatible algorithms (which pickle tuples, not the packing).
+short prompts and the CBOR algorithms (which encode tuples, not the packing). The pickled
+vLLM modes take it through :mod:`kvpool.hashing.pickled_blocks` (vLLM's pickles written from
+the packing); their byte-for-byte tests are in ``test_hashing_pickled_blocks.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kvpool.request import Request, _checked_tokens, as_token_ids
 
 BS = 16
 RAW = ("kvhash_raw", "sha256_raw", "xxhash_raw")
+PACKED = (*RAW, "sha256", "xxhash")  # every mode with a packed chain
 
 
 class _Counting(BlockHasher):
@@ -38,8 +41,8 @@ class _Counting(BlockHasher):
         return super().hash_blocks(parent, token_ids, block_size, extra_keys)
 
 
-@pytest.mark.parametrize("name", RAW)
-def test_a_raw_mode_hashes_the_packed_prompt_and_gets_the_token_paths_hashes(name):
+@pytest.mark.parametrize("name", PACKED)
+def test_a_packed_mode_hashes_the_packed_prompt_and_gets_the_token_paths_hashes(name):
     if name.startswith("xxhash"):
         pytest.importorskip("xxhash")
     hasher = _Counting(name, seed="packed-prompt-test")
@@ -54,12 +57,25 @@ def test_a_raw_mode_hashes_the_packed_prompt_and_gets_the_token_paths_hashes(nam
     assert r.block_hashes == hasher.hash_blocks(None, r.all_token_ids, BS)
 
 
-def test_the_vllm_compatible_modes_take_the_token_path():
-    hasher = _Counting("sha256")
+@pytest.mark.parametrize("name", ["sha256_cbor", "xxhash_cbor"])
+def test_the_cbor_modes_take_the_token_path(name):
+    if name.startswith("xxhash"):
+        pytest.importorskip("xxhash")
+    hasher = _Counting(name, seed="packed-prompt-test")
     prompt = list(range(10 * BS))
     r = Request("r", prompt, block_hasher=get_request_block_hasher(BS, hasher))
     assert hasher.packed_calls == 0 and hasher.token_calls == 1
-    assert r.block_hashes == BlockHasher("sha256").hash_blocks(None, prompt, BS)
+    assert r.block_hashes == hasher.hash_blocks(None, prompt, BS)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 3])
+def test_a_pickled_mode_declines_blocks_under_four_tokens_and_the_tokens_are_hashed(
+        block_size):
+    hasher = _Counting("sha256")
+    prompt = list(range(500, 500 + 40 * block_size))
+    r = Request("r", prompt, block_hasher=get_request_block_hasher(block_size, hasher))
+    assert hasher.packed_calls == 0 and hasher.token_calls == 1
+    assert r.block_hashes == BlockHasher("sha256").hash_blocks(None, prompt, block_size)
 
 
 @pytest.mark.parametrize("prompt", [

@@ -76,7 +76,8 @@ def replay_vllm_pattern(pool: Any, trace: Sequence[KitRequest], hasher: BlockHas
             if staged is None:
                 rid, _, prompt, outputs = waiting.popleft()
                 t0 = pc()
-                staged = (Request(rid, list(prompt), block_hasher=block_hasher), outputs)
+                # The Request copies the prompt once, as vLLM's does.
+                staged = (Request(rid, prompt, block_hasher=block_hasher), outputs)
                 t_hash += pc() - t0
             req, outputs = staged
             t0 = pc()

@@ -24,6 +24,7 @@ from kvpool.hashing.functions import (
     sha256_cbor,
     sha256_digest,
 )
+from kvpool.hashing.pickled_blocks import pickled_packed_chain
 from kvpool.hashing.raw import ChainFunction, PackedChainFunction, raw_chain, raw_hash
 
 DEFAULT_HASH_ALGORITHM = "sha256"
@@ -39,7 +40,9 @@ class HashAlgorithm:
     exactly what per-block hashing of ``(parent, tuple(tokens), extra_keys)`` returns;
     ``packed_chain`` does the same for tokens packed by
     :func:`~kvpool.hashing.raw.pack_int32` and no extra keys (the raw modes, whose encoding
-    is that packing).
+    is that packing, and the pickled ones, which write vLLM's pickles from it:
+    :mod:`kvpool.hashing.pickled_blocks`), or returns ``None`` to decline a shape it does
+    not cover (the caller then passes the tokens).
     """
 
     name: str
@@ -52,7 +55,8 @@ class HashAlgorithm:
 
 
 def _sha256() -> HashAlgorithm:
-    return HashAlgorithm("sha256", sha256, 32, cryptographic=True, vllm_compatible=True)
+    return HashAlgorithm("sha256", sha256, 32, cryptographic=True, vllm_compatible=True,
+                         packed_chain=pickled_packed_chain(sha256_digest, 32, hashlib.sha256))
 
 
 def _sha256_cbor() -> HashAlgorithm:
@@ -62,7 +66,8 @@ def _sha256_cbor() -> HashAlgorithm:
 def _xxhash() -> HashAlgorithm:
     digest = load_xxh3_128_digest()
     return HashAlgorithm(
-        "xxhash", pickled_hash(digest), 16, cryptographic=False, vllm_compatible=True
+        "xxhash", pickled_hash(digest), 16, cryptographic=False, vllm_compatible=True,
+        packed_chain=pickled_packed_chain(digest, 16),
     )
 
 

@@ -133,8 +133,9 @@ class BlockHasher:
     def hash_packed_blocks(self, parent_block_hash: bytes | None, packed: bytes,
                            block_size: int) -> list[bytes] | None:
         """:meth:`hash_blocks` of tokens packed by :func:`~kvpool.hashing.raw.pack_int32`,
-        without extra keys, or ``None`` when the algorithm hashes something else than that
-        packing (the vLLM-compatible ones pickle tuples): the caller then passes the tokens.
+        without extra keys, or ``None`` when the algorithm cannot hash from that packing
+        (the CBOR ones; the pickled ones for a shape :mod:`kvpool.hashing.pickled_blocks`
+        declines): the caller then passes the tokens.
         A request packs its prompt while validating it, so the raw modes skip a second
         pass over the tokens. O(len(packed)). Raises :class:`InvalidArgument` for a
         ``block_size`` that is not a positive int or ``packed`` that is not ``bytes``."""

@@ -278,10 +278,10 @@ class _Driver(TimedCalls):
         hashed as it is built (the raw hash modes then reuse the packing that checked the
         tokens), and later blocks by :meth:`_hash_new_blocks`, once computed."""
         if not self.caching:
-            return Request(spec.id, list(spec.prompt))
+            return Request(spec.id, spec.prompt)  # the Request makes its own list
         cpu = time.thread_time()
         began = time.perf_counter()
-        request = Request(spec.id, list(spec.prompt), block_hasher=self.block_hasher)
+        request = Request(spec.id, spec.prompt, block_hasher=self.block_hasher)
         request.block_hasher = None  # a sampled token must not hash the block it fills
         self.hash_s += time.perf_counter() - began
         self.hash_cpu_s += time.thread_time() - cpu
