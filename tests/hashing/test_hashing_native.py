@@ -102,3 +102,13 @@ def test_the_chained_hashes_of_a_known_prompt_never_change():
     assert [h.hex() for h in hashes] == ["22c20e5bbedf7b3b4d9b8b8863321716",
                                          "edaa8070a737b81251e456e46f17fe2a",
                                          "1c38a30fbd4ed45a838ca9bd89f2a44e"]
+
+
+def test_a_digest_ending_in_zero_bytes_keeps_all_sixteen():
+    # The chain returns its rows as raw void items; an "S16" item would drop trailing zeros.
+    tokens = native.pack_int32(list(range(16)))
+    parent = next(p for p in (i.to_bytes(16, "little") for i in range(100_000))
+                  if native.kvhash_chain_packed(p, tokens, 16)[0].endswith(b"\x00"))
+    (digest,) = native.kvhash_chain_packed(parent, tokens, 16)
+    assert len(digest) == 16 and type(digest) is bytes
+    assert digest == native.kvhash((parent, tuple(range(16)), None))

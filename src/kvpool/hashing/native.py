@@ -40,6 +40,7 @@ import numpy as np
 from kvpool.hashing.raw import encode_raw, pack_int32
 
 DIGEST_SIZE = 16
+_DIGEST_ROW = np.dtype(f"V{DIGEST_SIZE}")
 _M63 = 0x7FFFFFFFFFFFFFFF
 _SEED_A = 0x1F83D9ABFB41BD6B
 _SEED_B = 0x5BE0CD19137E2179
@@ -209,8 +210,9 @@ def kvhash_chain_packed(parent: bytes, packed: bytes, block_size: int) -> list[b
     scratch = np.empty(26 + max(len(parent), DIGEST_SIZE) + 4 * block_size, np.uint8)
     chain_blocks(np.frombuffer(parent, np.uint8), np.frombuffer(packed, np.uint8), block_size,
                  num_blocks, scratch, out)
-    raw = out.tobytes()
-    return [raw[i : i + DIGEST_SIZE] for i in range(0, num_blocks * DIGEST_SIZE, DIGEST_SIZE)]
+    # One bytes object per row, made in C: ~5x faster than slicing the row bytes in Python.
+    # "V" (raw void), not "S": an "S" item drops its trailing zero bytes.
+    return out.view(_DIGEST_ROW).reshape(-1).tolist()
 
 
 def _per_block(parent: bytes, tokens: Sequence[int], block_size: int,
