@@ -50,7 +50,7 @@ def write_records(tokens, num_blocks, block_size, first_parent_len, parent_len, 
     byte but the parent's; record ``i`` is ``buf[starts[i]:ends[i]]`` and its parent goes at
     ``slots[i]`` (``first_parent_len`` bytes for block 0, ``parent_len`` for the others).
 
-    tokens: uint8, little-endian int32 tokens (4 bytes each); buf: uint8 with room for
+    tokens: ``bytes``, little-endian int32 tokens (4 bytes each); buf: uint8 with room for
     ``num_blocks * (21 + max parent + 5 * block_size)`` bytes. Returns the bytes written.
     A token's width follows from its bytes: high half zero means 0 <= t < 65536.
     """
@@ -114,7 +114,16 @@ def _compiled_writer() -> Any:
         except ImportError:  # pragma: no cover - exercised where numba is absent
             _COMPILED.append(None)
         else:
-            _COMPILED.append(njit(cache=True)(write_records))
+            from numba import types as nt
+
+            writer = njit(cache=True)(write_records)
+            # NUMBA_DISABLE_JIT=1 hands the plain function back: decline, as without Numba.
+            # Otherwise the entry point of the one signature block_pickles calls it with: a
+            # dispatcher would type its nine arguments on every call.
+            _COMPILED.append(writer.compile((
+                nt.Bytes(nt.uint8, 1, "C", readonly=True), nt.int64, nt.int64, nt.int64,
+                nt.int64, nt.uint8[::1], nt.int64[::1], nt.int64[::1], nt.int64[::1],
+            )) if hasattr(writer, "compile") else None)
     return _COMPILED[0]
 
 
@@ -132,8 +141,8 @@ def block_pickles(first_parent_len: int, parent_len: int, packed: bytes, block_s
         return None
     buf = np.empty(max(1, num_blocks * (_FIXED + longest_parent + 5 * block_size)), np.uint8)
     index = np.empty((3, num_blocks), np.int64)
-    writer(np.frombuffer(packed, np.uint8), num_blocks, block_size, first_parent_len,
-           parent_len, buf, index[0], index[1], index[2])
+    writer(bytes(packed), num_blocks, block_size, first_parent_len, parent_len, buf, index[0],
+           index[1], index[2])
     starts, ends, slots = index.tolist()
     return buf, starts, ends, slots
 
