@@ -11,6 +11,7 @@ Modules, one concern each:
 * :mod:`~kvpool.hashing.pickled_blocks` – vLLM's block pickles written for a whole packed
   prompt at once (``sha256``/``xxhash`` from the packing a request makes anyway);
 * :mod:`~kvpool.hashing.native` – ``kvhash_raw``: a whole prompt's chain in one native call;
+* :mod:`~kvpool.hashing.jit` – the compiled entry points those two call;
 * :mod:`~kvpool.hashing.algorithms` – lookup by name;
 * :mod:`~kvpool.hashing.seed` – the NONE_HASH seed (the only environment read);
 * :mod:`~kvpool.hashing.hasher` – :class:`BlockHasher`, an algorithm with its own NONE_HASH;

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from kvpool.hashing.jit import bytes_type, entry_point
 from kvpool.hashing.raw import encode_raw, pack_int32
 
 DIGEST_SIZE = 16
@@ -175,7 +176,7 @@ try:  # compiled when Numba is installed; the same source runs as plain Python o
         register_jitable(_helper)
     digest_bytes = njit(cache=True)(digest_bytes)
     chain_blocks = njit(cache=True)(chain_blocks)
-    _BYTES = _nt.Bytes(_nt.uint8, 1, "C", readonly=True)  # bytes, read in place
+    _BYTES = bytes_type()
     _SIGNATURES: dict[str, tuple] = {
         "digest_bytes": (_BYTES, _nt.uint8[:, ::1]),
         "chain_blocks": (_BYTES, _BYTES, _nt.int64, _nt.int64, _nt.uint8[::1],
@@ -188,17 +189,13 @@ _ENTRY_POINTS: dict[str, Any] = {}
 
 
 def _entry(name: str) -> Any:
-    """The kernel ``name`` as the compiled entry point of the one signature the wrappers below
-    call it with (or the plain function without Numba). A dispatcher call types every
-    argument first (~0.6 µs of a one-block chain's ~6 µs), and the entry point of the one
-    signature takes the hash bytes as they are (no ``np.frombuffer`` view). It trusts its
-    arguments' types, so only these wrappers, which pass ``bytes`` and arrays they make
-    themselves, call it."""
+    """The kernel ``name`` as the entry point of the one signature the wrappers below call it
+    with (:mod:`kvpool.hashing.jit`), or the plain function without Numba."""
     entry = _ENTRY_POINTS.get(name)
     if entry is None:
         kernel = globals()[name]
-        compiled = name in _SIGNATURES and hasattr(kernel, "compile")  # not NUMBA_DISABLE_JIT
-        entry = kernel.compile(_SIGNATURES[name]) if compiled else kernel
+        entry = (entry_point(kernel, _SIGNATURES[name]) if name in _SIGNATURES else None) \
+            or kernel
         _ENTRY_POINTS[name] = entry
     return entry
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from kvpool.hashing.functions import Digest
+from kvpool.hashing.jit import bytes_type, entry_point
 
 _FIXED = 21  # bytes of a record besides the parent and the tokens (header 15, trailer 6)
 _MAX_RECORD = 60_000  # below the pickler's frame target (64 KiB): always one frame
@@ -108,22 +109,20 @@ _COMPILED: list[Any] = []  # [the compiled writer], or [None] without Numba; fil
 
 
 def _compiled_writer() -> Any:
+    """:func:`write_records` as the entry point of the one signature :func:`block_pickles`
+    calls it with (:mod:`kvpool.hashing.jit`), or ``None`` without Numba or under
+    ``NUMBA_DISABLE_JIT`` (then the chain declines: the plain writer is slower than the
+    pickler)."""
     if not _COMPILED:
         try:
             from numba import njit
+            from numba import types as nt
         except ImportError:  # pragma: no cover - exercised where numba is absent
             _COMPILED.append(None)
         else:
-            from numba import types as nt
-
-            writer = njit(cache=True)(write_records)
-            # NUMBA_DISABLE_JIT=1 hands the plain function back: decline, as without Numba.
-            # Otherwise the entry point of the one signature block_pickles calls it with: a
-            # dispatcher would type its nine arguments on every call.
-            _COMPILED.append(writer.compile((
-                nt.Bytes(nt.uint8, 1, "C", readonly=True), nt.int64, nt.int64, nt.int64,
-                nt.int64, nt.uint8[::1], nt.int64[::1], nt.int64[::1], nt.int64[::1],
-            )) if hasattr(writer, "compile") else None)
+            i64, index = nt.int64, nt.int64[::1]
+            _COMPILED.append(entry_point(njit(cache=True)(write_records), (
+                bytes_type(), i64, i64, i64, i64, nt.uint8[::1], index, index, index)))
     return _COMPILED[0]
 
 
