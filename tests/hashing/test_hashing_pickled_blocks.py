@@ -88,13 +88,16 @@ def test_the_hasher_gets_the_per_block_hashes_from_the_packing(name):
 @pytest.mark.parametrize("parent_len, block_size", [
     (256, 16),  # BINBYTES, not SHORT_BINBYTES
     (32, 3), (32, 1),  # TUPLE3 / TUPLE1, not MARK ... TUPLE
+    (32, 0), (32, -4),  # no block at all: declined, not divided by
+    (-1, 16),  # not a length
     (32, 20_000),  # the pickler would split its frame
 ])
 def test_shapes_outside_the_pattern_are_declined(parent_len, block_size):
-    packed = pack_int32([1] * (2 * block_size))
+    packed = pack_int32([1] * max(2 * block_size, 8))
     assert block_pickles(parent_len, 32, packed, block_size) is None
-    chain = pickled_packed_chain(lambda b: hashlib.sha256(b).digest(), 32)
-    assert chain(b"\x00" * parent_len, packed, block_size) is None
+    if block_size > 0 and parent_len >= 0:
+        chain = pickled_packed_chain(lambda b: hashlib.sha256(b).digest(), 32)
+        assert chain(b"\x00" * parent_len, packed, block_size) is None
 
 
 def test_a_digest_of_the_wrong_length_fails_loudly():

@@ -132,12 +132,12 @@ def block_pickles(first_parent_len: int, parent_len: int, packed: bytes, block_s
     as :func:`write_records` describes, or ``None`` for a shape outside the pattern (or no
     compiled ``writer`` to run: pass :func:`write_records` itself to run it uncompiled)."""
     writer = writer or _compiled_writer()
-    num_blocks = len(packed) // (4 * block_size)
     longest_parent = max(first_parent_len, parent_len)
     if (writer is None or block_size < _MIN_BLOCK or not 0 <= first_parent_len < 256
             or not 0 <= parent_len < 256
             or _FIXED + longest_parent + 5 * block_size > _MAX_RECORD):
         return None
+    num_blocks = len(packed) // (4 * block_size)
     buf = np.empty(max(1, num_blocks * (_FIXED + longest_parent + 5 * block_size)), np.uint8)
     index = np.empty((3, num_blocks), np.int64)
     writer(bytes(packed), num_blocks, block_size, first_parent_len, parent_len, buf, index[0],
