@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from typing import Any
 
-from kvpool.errors import BackendUnavailable
+from kvpool.errors import BackendUnavailable, InvalidConfig
 
 # name -> (module, class, what to install when the import fails)
 BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -16,10 +18,11 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
 
 
 def backend_class(backend: str) -> type:
-    """The pool class of a backend; :class:`BackendUnavailable` if unknown or not installed."""
+    """The pool class of a backend; :class:`BackendUnavailable` if unknown (a name that is
+    not a key of :data:`BACKENDS`, or not a string at all) or not installed."""
     try:
         module_name, class_name, hint = BACKENDS[backend]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable "name" (a list, a dict)
         known = ", ".join(sorted(BACKENDS))
         raise BackendUnavailable(f"unknown backend {backend!r}; known: {known}") from None
     try:
@@ -31,11 +34,44 @@ def backend_class(backend: str) -> type:
     return getattr(module, class_name)
 
 
+@functools.cache
+def constructor_options(cls: type) -> frozenset[str]:
+    """The keyword arguments ``cls(num_blocks, **options)`` accepts: the parameters of its
+    ``__init__`` and, while an ``__init__`` passes ``**kwargs`` on, of its bases'."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        forwards = False
+        for p in inspect.signature(init).parameters.values():
+            if p.kind is p.VAR_KEYWORD:
+                forwards = True
+            elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                names.add(p.name)
+        if not forwards:
+            break
+    names.discard("self")
+    return frozenset(names)
+
+
 def make_pool(num_blocks: int, *, backend: str = "spec", **options: Any) -> Any:
     """A block pool of ``num_blocks`` blocks (block 0 is the null block).
 
     ``options`` are the constructor settings: ``enable_caching=True``, ``hash_block_size=16``,
     ``enable_kv_cache_events=False``, ``metrics_collector=None``,
-    ``num_hash_lookahead_tokens=0``, ``medium="GPU"``, ``use_int_block_hashes=True``.
+    ``num_hash_lookahead_tokens=0``, ``medium="GPU"``, ``use_int_block_hashes=True``, and
+    a backend's own (``check_contracts`` of ``reference``, ``jit`` of ``fast``). An option
+    the backend does not know raises :class:`InvalidConfig` (not ``TypeError``); an unknown
+    backend, or one that is not a name, :class:`BackendUnavailable`.
     """
-    return backend_class(backend)(num_blocks, **options)
+    cls = backend_class(backend)
+    accepted = constructor_options(cls) - {"num_gpu_blocks"}  # that one is num_blocks
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        known = ", ".join(sorted(n for n in accepted if not n.startswith("_")))
+        raise InvalidConfig(
+            f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} for "
+            f"backend {backend!r}; known: {known}"
+        )
+    return cls(num_blocks, **options)

@@ -262,24 +262,33 @@ CacheIndex = Counter
 """``Counter[(external hash, group)] → number of blocks under that key``."""
 
 
-def replay(events: Sequence[KVCacheEvent], *, start_seq: int = 0) -> CacheIndex:
+def replay(events: Iterable[KVCacheEvent], *, start_seq: int = 0) -> CacheIndex:
     """Rebuild the cache index from an event stream (from the pool's first event).
 
     Each stored hash adds one (key, block) pair, each removal drops one, a clear drops all;
     the result counts blocks per key, so duplicates under one key are accounted for. Raises
     :class:`~kvpool.errors.EventGap` when sequence numbers are not consecutive from
     ``start_seq``, and :class:`~kvpool.errors.InvalidEvent` for an object that is not an
-    event, a removal that does not carry exactly one hash, or — once the stream is known to
-    be complete (``start_seq == 0``, or after a clear) — the removal of a key it never
-    stored. A stream joined mid-way (``start_seq > 0``) may remove keys stored before it
-    began; those removals are ignored until the first clear.
+    event (``events`` itself not iterable, e.g. ``None``), an event whose fields have the
+    wrong type (:func:`_malformed`), a removal that does not carry exactly one hash, or —
+    once the stream is known to be complete (``start_seq == 0``, or after a clear) — the
+    removal of a key it never stored. A stream joined mid-way (``start_seq > 0``) may remove keys stored before it
+    began; those removals are ignored until the first clear. A ``start_seq`` that is not an
+    int raises :class:`~kvpool.errors.InvalidArgument`.
     """
+    if type(start_seq) is not int:
+        raise InvalidArgument(f"start_seq must be an int, got {start_seq!r}")
+    if isinstance(events, (str, bytes, bytearray)) or not isinstance(events, Iterable):
+        raise InvalidEvent(f"replay needs a sequence of KV events, got {events!r}")
     index: Counter = Counter()
     expected = start_seq
     complete = start_seq == 0
     for position, event in enumerate(events):
         if not isinstance(event, (BlockStored, BlockRemoved, AllBlocksCleared)):
             raise InvalidEvent(f"event {position} is a {type(event).__name__}, not a KV event")
+        error = _malformed(event)
+        if error:
+            raise InvalidEvent(f"event {position} ({type(event).__name__}) {error}")
         if event.seq != expected:
             raise EventGap(f"expected event seq {expected}, got {event.seq}")
         expected += 1
@@ -308,6 +317,33 @@ def replay(events: Sequence[KVCacheEvent], *, start_seq: int = 0) -> CacheIndex:
             for h in event.block_hashes:
                 index[(h, event.group_idx)] += 1
     return index
+
+
+def _is_external_hash(value: object) -> bool:
+    return (type(value) is int or type(value) is bytes) or (
+        isinstance(value, (int, bytes)) and not isinstance(value, bool)
+    )
+
+
+def _malformed(event: KVCacheEvent) -> str | None:
+    """What makes ``event`` unreplayable (fields of the wrong type), or ``None``: a ``seq``
+    that is not an int, ``block_hashes`` that is not a list or tuple of hashes (ints or
+    bytes), a ``group_idx`` that is neither ``None`` nor an int. O(hashes)."""
+    seq = event.seq
+    if type(seq) is not int:
+        return f"has seq {seq!r}, not an int"
+    if isinstance(event, AllBlocksCleared):
+        return None
+    hashes = event.block_hashes
+    if type(hashes) is not list and type(hashes) is not tuple:
+        return f"has block_hashes {hashes!r}, not a list of hashes"
+    for i, h in enumerate(hashes):
+        if not _is_external_hash(h):
+            return f"has block_hashes[{i}] = {h!r}, not an int or bytes hash"
+    group = event.group_idx
+    if group is not None and (type(group) is not int):
+        return f"has group_idx {group!r}, not an int or None"
+    return None
 
 
 def cache_index_of(cache: dict[bytes, tuple[int, ...]], ctx: EventContext) -> CacheIndex:

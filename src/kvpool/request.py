@@ -110,9 +110,14 @@ class Request:
                 raise InvalidArgument(f"{name} must be a str or None, got {value!r}")
         _check_prompt_embeds(self.prompt_embeds, len(self.prompt_token_ids))
         if self.block_hasher is not None:
+            if not callable(self.block_hasher):
+                raise InvalidArgument(
+                    f"block_hasher must be callable (request -> list of bytes), "
+                    f"got {self.block_hasher!r}"
+                )
             self._packed_prompt = packed  # for the hasher, in this call only: never stale
             try:
-                self.block_hashes.extend(self.block_hasher(self))
+                self.block_hashes.extend(_hasher_result(self.block_hasher(self)))
             finally:
                 self._packed_prompt = None
             self.block_hashes.pack()
@@ -142,15 +147,31 @@ class Request:
             # One plain token, a decode step's: what the checks below accept and append, at
             # list-append cost (the general path's type checks cost ~4 µs here).
             self.output_token_ids.append(token_ids)
+            added = 1
         else:
             start = len(self.prompt_token_ids) + len(self.output_token_ids)
             if type(token_ids) is not list and isinstance(
                 token_ids, (numbers.Integral, np.integer)
             ) and not isinstance(token_ids, (bool, np.bool_)):
-                token_ids = [token_ids]  # type: ignore[list-item]
-            self.output_token_ids.extend(as_token_ids(token_ids, "token_ids", start))
+                token_ids = [token_ids]
+            checked = as_token_ids(token_ids, "token_ids", start)
+            self.output_token_ids.extend(checked)
+            added = len(checked)
         if self.block_hasher is not None:
-            self.block_hashes.extend(self.block_hasher(self))
+            new = self.block_hasher(self)
+            # A decode step's answer, checked inline: no hash, or the one of the block the
+            # token filled. Anything else is checked in full; a bad answer takes the tokens
+            # back out, so the request stays as it was.
+            if new.__class__ is list and (
+                not new or (len(new) == 1 and new[0].__class__ is bytes)
+            ):
+                self.block_hashes.extend(new)
+                return
+            try:
+                self.block_hashes.extend(_hasher_result(new))
+            except InvalidArgument:
+                del self.output_token_ids[len(self.output_token_ids) - added:]
+                raise
 
     def prompt_embeds_digest(self, start: int, end: int) -> bytes:
         """SHA-256 of the raw bytes of ``prompt_embeds[start:end]``, memoised per ``(start, end)``.
@@ -165,6 +186,22 @@ class Request:
             digest = hashlib.sha256(_tensor_bytes(self.prompt_embeds[start:end])).digest()
             self._embeds_digests[window] = digest
         return digest
+
+
+def _hasher_result(hashes: object) -> list[bytes]:
+    """What a ``block_hasher`` returned, checked: a list (or tuple) of ``bytes`` digests,
+    else :class:`InvalidArgument` naming the entry (an int or ``None`` would become a
+    "hash" no pool accepts, or fail later far from the hasher). O(len(hashes))."""
+    if type(hashes) is not list and type(hashes) is not tuple:
+        raise InvalidArgument(
+            f"block_hasher must return a list of bytes, got {type(hashes).__name__}"
+        )
+    for i, h in enumerate(hashes):
+        if not isinstance(h, bytes):
+            raise InvalidArgument(
+                f"block_hasher returned {h!r} at position {i}, not a bytes digest"
+            )
+    return hashes  # type: ignore[return-value]  # checked above: list or tuple of bytes
 
 
 def _is_int(value: object) -> bool:

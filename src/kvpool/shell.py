@@ -202,6 +202,23 @@ def as_group_id(value: object) -> object:
     return value
 
 
+def as_group_ids(values: Iterable[object]) -> tuple[object, ...]:
+    """A lookup's group ids as a tuple (numpy integers as Python ints; each id is validated
+    where it is read). ``None``, a single int, a string or anything else that is not a
+    collection of ids raises :class:`InvalidArgument`."""
+    if type(values) is tuple or type(values) is list:
+        groups = tuple(values)
+        for g in groups:
+            if type(g) is not int:  # numpy ints to convert (or bad ids, checked later)
+                return tuple(as_group_id(g) for g in groups)
+        return groups  # the common case: a few plain ints (~60 ns, no generator)
+    if isinstance(values, (str, bytes, bytearray)) or not isinstance(values, Iterable):
+        raise InvalidArgument(
+            f"kv_cache_group_ids must be a sequence of group ids, got {values!r}"
+        )
+    return tuple(as_group_id(g) for g in values)
+
+
 def as_mask(mask: Sequence[object] | None) -> tuple[bool, ...] | None:
     """A block mask as a tuple of bools: entries are bools (numpy's too) or the ints 0/1;
     a 1-D array of them works. Anything else raises :class:`InvalidArgument` (a truthy
@@ -517,7 +534,7 @@ class PoolShell:
         self, block_hash: bytes, kv_cache_group_ids: Sequence[int]
     ) -> list[int] | None:
         """One block per group id for ``block_hash`` (in the order given), or ``None``. Pure."""
-        group_ids = tuple(as_group_id(g) for g in kv_cache_group_ids)
+        group_ids = as_group_ids(kv_cache_group_ids)
         result = self._core_get_cached_block(block_hash, group_ids)
         return None if result is None else [int(b) for b in result]
 

@@ -49,7 +49,7 @@ from kvpool.batch.checks import (
 )
 from kvpool.batch.observe import Observer, observe
 from kvpool.errors import CallbackError
-from kvpool.shell import candidate_table, request_block_hashes
+from kvpool.shell import as_group_ids, as_mask, candidate_table, request_block_hashes
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
 
@@ -67,7 +67,8 @@ def find_longest_cache_hit(
     stops at the first miss (hashes are chained, so nothing after a miss can hit) or after
     ``max_num_blocks`` positions. Pure: nothing is touched. O(hits · groups).
     """
-    groups = tuple(kv_cache_group_ids)
+    ids = kv_cache_group_ids  # a list or tuple as it is (the fast verb does the same)
+    groups = tuple(ids) if type(ids) is list or type(ids) is tuple else as_group_ids(ids)
     hashes = check_lookup_arguments(block_hashes, groups, max_num_blocks)
     if not isinstance(hashes, list):
         hashes = [row.tobytes() for row in hashes]
@@ -312,13 +313,15 @@ def allocate_and_cache(
     allocation leaves. O(new + candidates).
     """
     n = count(num_new_blocks)
-    mask = None if block_mask is None else tuple(bool(m) for m in block_mask)
     error = allocation_rejection(n, pool.get_num_free_blocks())
     if error:
         raise error
     assert isinstance(n, int)
-    table = list(blocks)
     hashes = request_block_hashes(request)
+    table = list(blocks)
+    # The mask as cache_full_blocks reads it (shell.as_mask): a truthy string or an int
+    # other than 0/1 is InvalidArgument, on every backend, before anything changes.
+    mask = as_mask(block_mask)
     error = cache_arguments_rejection(
         pool.enable_caching, pool.hash_block_size, len(hashes),
         len(table) + n, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, mask,

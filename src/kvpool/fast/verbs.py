@@ -29,7 +29,7 @@ from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.hash_list import LIST_TYPES as _HASH_LISTS
 from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID
-from kvpool.shell import as_mask, candidate_table, request_block_hashes
+from kvpool.shell import as_group_ids, as_mask, candidate_table, request_block_hashes
 from kvpool.spec.records import RemovedRecord
 
 if TYPE_CHECKING:
@@ -116,7 +116,8 @@ class FastBatchVerbs:
                                max_num_blocks: int | None = None) -> list[list[int]]:
         """Blocks of the longest prefix of ``block_hashes`` cached in every group; see
         :func:`kvpool.batch.find_longest_cache_hit`. One kernel call. O(hits · groups)."""
-        groups_t = tuple(kv_cache_group_ids)
+        ids = kv_cache_group_ids
+        groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else as_group_ids(ids)
         hashes = batch.check_lookup_arguments(block_hashes, groups_t, max_num_blocks)
         if isinstance(hashes, np.ndarray):
             q, width = hashes.shape
