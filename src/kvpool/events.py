@@ -272,9 +272,9 @@ def replay(events: Iterable[KVCacheEvent], *, start_seq: int = 0) -> CacheIndex:
     event (``events`` itself not iterable, e.g. ``None``), an event whose fields have the
     wrong type (:func:`_malformed`), a removal that does not carry exactly one hash, or —
     once the stream is known to be complete (``start_seq == 0``, or after a clear) — the
-    removal of a key it never stored. A stream joined mid-way (``start_seq > 0``) may remove keys stored before it
-    began; those removals are ignored until the first clear. A ``start_seq`` that is not an
-    int raises :class:`~kvpool.errors.InvalidArgument`.
+    removal of a key it never stored. A stream joined mid-way (``start_seq > 0``) may
+    remove keys stored before it began; those removals are ignored until the first clear.
+    A ``start_seq`` that is not an int raises :class:`~kvpool.errors.InvalidArgument`.
     """
     if type(start_seq) is not int:
         raise InvalidArgument(f"start_seq must be an int, got {start_seq!r}")

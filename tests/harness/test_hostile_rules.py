@@ -18,7 +18,13 @@ def test_the_machine_carries_the_hostile_rules():
                  "metrics_collectors_that_raise_or_call_back_leave_operations_whole",
                  "a_hash_that_is_not_bytes_is_rejected_before_any_key",
                  "a_request_an_event_cannot_describe_is_refused_with_events_on",
-                 "tokens_are_normalised_or_rejected_naming_the_position"):
+                 "tokens_are_normalised_or_rejected_naming_the_position",
+                 "a_block_mask_entry_that_is_not_a_bool_is_rejected_alike",
+                 "a_block_mask_that_is_not_a_sequence_is_rejected_alike",
+                 "a_lookup_without_a_list_of_group_ids_is_invalid_argument",
+                 "replaying_garbage_is_invalid_event",
+                 "make_pool_with_an_unknown_option_or_backend_is_typed",
+                 "a_block_hasher_that_is_not_one_is_invalid_argument"):
         assert rule in names
 
 
@@ -38,3 +44,33 @@ def test_a_pool_with_the_old_callback_behaviour_is_caught(monkeypatch, fault):
     report = run_check(["spec", "reference"], 600, 1, shrink=False)
     assert not report.ok, fault
     assert report.failure
+
+
+def _truthy_mask(mask):
+    """allocate_and_cache's old mask reading on spec/reference: each entry's truthiness."""
+    return None if mask is None else tuple(bool(m) for m in mask)
+
+
+@pytest.mark.parametrize("fault", ["mask by truthiness", "group ids unchecked",
+                                   "replay untyped", "hasher unchecked"])
+def test_the_old_wrong_type_behaviour_is_caught(monkeypatch, fault):
+    """Issue 23: each class, put back as it was, is found by a short hostile run."""
+    import kvpool.batch
+    import kvpool.events
+    import kvpool.request
+    import kvpool.shell
+
+    backends = ["spec", "fast"]
+    if fault == "mask by truthiness":  # the composition (spec) only; fast keeps its check
+        monkeypatch.setattr(kvpool.batch, "as_mask", _truthy_mask)
+    elif fault == "group ids unchecked":
+        monkeypatch.setattr(kvpool.shell, "as_group_ids", lambda ids: tuple(ids))
+        backends = ["spec", "reference"]
+    elif fault == "replay untyped":
+        monkeypatch.setattr(kvpool.events, "_malformed", lambda event: None)
+        backends = ["spec"]
+    else:
+        monkeypatch.setattr(kvpool.request, "_hasher_result", lambda hashes: hashes)
+        backends = ["spec"]
+    report = run_check(backends, 1500, 3, shrink=False)
+    assert not report.ok, fault

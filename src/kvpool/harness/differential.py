@@ -25,7 +25,7 @@ from hypothesis.stateful import get_state_machine_test
 from kvpool.harness.backends import Backend, PoolFactory
 from kvpool.harness.cache_rules import CacheRules
 from kvpool.harness.config import HarnessConfig
-from kvpool.harness.hostile_rules import HostileRules
+from kvpool.harness.hostile_rules import HostileRules, WrongTypeRules
 from kvpool.harness.invalid_rules import InvalidCallRules
 from kvpool.harness.machine import StepCounter
 from kvpool.harness.profiles import harness_settings
@@ -38,10 +38,14 @@ def build_machine(config: HarnessConfig, counter: StepCounter | None = None,
 
     The rules come from five modules over one model (:class:`~kvpool.harness.machine.
     PoolMachine`): allocation and hits, caching, releases, §12's invalid calls, and
-    issue 7's hostile callbacks and argument types.
+    issue 7's hostile callbacks and argument types, and (with ``invalid_calls``) issue 23's
+    wrong Python types.
     """
     attrs = {"config": config, "counter": counter or StepCounter(), "__module__": __name__}
-    return type(name, (HostileRules, InvalidCallRules, CacheRules, ReleaseRules), attrs)
+    rules: tuple[type, ...] = (HostileRules, InvalidCallRules, CacheRules, ReleaseRules)
+    if config.invalid_calls:
+        rules = (WrongTypeRules, *rules)
+    return type(name, rules, attrs)
 
 
 @contextmanager

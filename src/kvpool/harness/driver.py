@@ -20,9 +20,11 @@ The first failed check raises :class:`Divergence` carrying the call log as a pas
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from kvpool import batch
 from kvpool.errors import CallbackError, InvalidEvent, KvPoolError
 from kvpool.events import EventContext, EventGap, cache_index_of, replay
 from kvpool.harness import set_order
@@ -111,6 +113,17 @@ def describe_difference(expected: Any, actual: Any) -> str:
 
 def _describe_violations(label: str, violations: list[tuple[str, tuple]]) -> str:
     return "\n".join(f"{label}: invariant {name} broken by {_short(w)}" for name, w in violations)
+
+
+BATCH_VERBS = frozenset({"allocate_and_cache", "find_longest_cache_hit"})
+"""Verbs of :mod:`kvpool.batch` the lockstep calls: a pool's own method, else the function."""
+
+
+def _verb(pool: Any, method: str) -> Callable[..., Any]:
+    """``pool.method``, or for a batch verb the pool lacks, :mod:`kvpool.batch`'s."""
+    if method in BATCH_VERBS and not hasattr(pool, method):
+        return functools.partial(getattr(batch, method), pool)
+    return getattr(pool, method)  # type: ignore[no-any-return]
 
 
 class Lockstep:
@@ -266,6 +279,25 @@ class Lockstep:
     def take_events(self) -> Reply:
         return self._call("take_events", (), take=True)
 
+    # Batch verbs: a pool's own method where it has one (fast), else the composition of
+    # kvpool.batch over its protocol verbs; both must answer alike.
+
+    def allocate_and_cache(self, request: Any, blocks: list, num_new_blocks: int,
+                           num_cached_blocks: int, num_full_blocks: int, block_size: int,
+                           kv_cache_group_id: int, block_mask: Any = None) -> Reply:
+        args = (request, blocks, num_new_blocks, num_cached_blocks, num_full_blocks,
+                block_size, kv_cache_group_id)
+        if block_mask is not None:
+            args += (block_mask,)
+        return self._call("allocate_and_cache", args)
+
+    def find_longest_cache_hit(self, block_hashes: Any, kv_cache_group_ids: Any,
+                               max_num_blocks: int | None = None) -> Reply:
+        args = (block_hashes, kv_cache_group_ids)
+        if max_num_blocks is not None:
+            args += (max_num_blocks,)
+        return self._call("find_longest_cache_hit", args, query=True)
+
     def sibling_get_new_blocks(self, num_blocks: int) -> Reply:
         """Allocate on every backend's sibling pool (so ``Foreign`` blocks can be freed)."""
         self._ensure_siblings()
@@ -320,7 +352,7 @@ class Lockstep:
         for i, pool in enumerate(pools):
             call_args = [self._translate(i, a, tag) for a in args]
             try:
-                outcomes.append((True, getattr(pool, method)(*call_args)))
+                outcomes.append((True, _verb(pool, method)(*call_args)))
             except Exception as exc:  # noqa: BLE001 - every outcome is compared below
                 outcomes.append((False, exc))
         reply = self._check_outcomes(outcomes)

@@ -8,6 +8,14 @@ The semantics they assert (docs/api.md, "Callbacks"): callbacks run after the op
 completed; a state-changing call from inside one raises ``ReentrantCall`` before anything
 changes; the first failing callback is re-raised as ``WatcherError`` /
 ``MetricsCollectorError`` carrying the operation's result, after every callback ran.
+
+Issue 23's wrong-type classes are generated too: a ``block_mask`` entry that is not a yes/no
+(``allocate_and_cache``, composed on spec/reference and one kernel call on fast, must refuse
+it as ``cache_full_blocks`` does) or a mask that is not a sequence; lookups whose group ids
+are not a collection; event streams ``replay`` must refuse with ``InvalidEvent``; unknown
+``make_pool`` options and backends that are not names; block hashers that are not callable
+or return something other than bytes digests. Each must be the documented ``KvPoolError``,
+never a bare ``TypeError``, and (for pool calls) the same on every backend.
 """
 
 from __future__ import annotations
@@ -18,16 +26,35 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvpool.errors import CallbackError, InvalidArgument, ReentrantCall
+from kvpool.backends import BACKENDS, make_pool
+from kvpool.errors import (
+    BackendUnavailable,
+    CallbackError,
+    InvalidArgument,
+    InvalidConfig,
+    InvalidEvent,
+    KvPoolError,
+    ReentrantCall,
+)
+from kvpool.events import replay
 from kvpool.harness.hostile_values import (
+    BAD_BACKEND_NAMES,
+    BAD_BLOCK_HASHERS,
+    BAD_GROUP_LISTS,
     BAD_HASHES,
+    BAD_MASK_ENTRIES,
+    BAD_MASKS,
+    BAD_POOL_OPTIONS,
     COLLECTORS,
+    GARBAGE_EVENT_STREAMS,
+    ODD_MASK_ENTRIES,
     REENTRANT_WATCHERS,
     with_hash,
     without_tokens,
 )
 from kvpool.harness.machine import PICK, PoolMachine
 from kvpool.harness.requests import make_request
+from kvpool.request import Request
 from kvpool.spec.state import NULL_BLOCK_ID
 
 BAD_TOKENS = ("5", 1.5, None, -1, 2**63, True)
@@ -181,4 +208,139 @@ class HostileRules(PoolMachine):
             self.expect(False, f"token {bad!r} should be rejected")
 
 
-__all__ = ["HostileRules"]
+
+class WrongTypeRules(PoolMachine):
+    """Issue 23's wrong Python types: typed, and identical on every backend.
+
+    A class of its own so that :func:`~kvpool.harness.differential.build_machine` adds it
+    only when ``invalid_calls`` is on: rules whose precondition is always false still
+    change how Hypothesis draws the others, and a valid-calls-only run (a vLLM pool) has no
+    use for them.
+    """
+
+    _cacheable_tables = HostileRules._cacheable_tables
+    _pick_cacheable_table = HostileRules._pick_cacheable_table
+
+    @precondition(lambda self: _hostile(self) and self.config.enable_caching
+                  and self._cacheable_tables())
+    @rule(t=PICK, entry=st.sampled_from((*BAD_MASK_ENTRIES, *ODD_MASK_ENTRIES)), where=PICK,
+          fill=st.booleans(), new=st.integers(0, 1))
+    def a_block_mask_entry_that_is_not_a_bool_is_rejected_alike(
+        self, t: int, entry: Any, where: int, fill: bool, new: int
+    ) -> None:
+        picked = self._pick_cacheable_table(t)
+        if picked is None:
+            return
+        table, num_full = picked
+        n = num_full - table.num_cached
+        mask: list[Any] = [fill] * n
+        mask[where % n] = entry
+        new = min(new, self.free_count())
+        self.step(f"allocate {new} and cache {table.request.request_id}'s blocks with mask "
+                  f"{mask!r}")
+        reply = self.pool.allocate_and_cache(table.request, list(table.blocks), new,
+                                             table.num_cached, num_full, self.bs,
+                                             table.group, mask)
+        if type(entry) is int and entry in ODD_MASK_ENTRIES:
+            # 0 and 1 are a yes/no: every backend accepts them (or refuses the call for
+            # another reason) alike; the lockstep compares the outcomes and states.
+            if not reply.rejected:
+                table.num_cached = num_full
+                table.blocks.extend(reply.value or ())
+            return
+        self.expect(reply.rejected and isinstance(reply.error, InvalidArgument),
+                    f"block_mask entry {entry!r} should raise InvalidArgument, got "
+                    f"{reply.error!r}")
+
+    @precondition(lambda self: _hostile(self) and self.tables_with_blocks())
+    @rule(t=PICK, mask=st.sampled_from(BAD_MASKS))
+    def a_block_mask_that_is_not_a_sequence_is_rejected_alike(self, t: int, mask: Any) -> None:
+        tables = self.tables_with_blocks()
+        table = tables[t % len(tables)]
+        self.step(f"cache {table.request.request_id}'s blocks with block_mask={mask!r}")
+        for verb in ("allocate_and_cache", "cache_full_blocks"):
+            if verb == "allocate_and_cache":
+                reply = self.pool.allocate_and_cache(table.request, list(table.blocks), 0, 0,
+                                                     len(table.blocks), self.bs, table.group,
+                                                     mask)
+            else:
+                reply = self.pool.cache_full_blocks(table.request, list(table.blocks), 0,
+                                                    len(table.blocks), self.bs, table.group,
+                                                    mask)
+            self.expect(reply.rejected and isinstance(reply.error, KvPoolError),
+                        f"{verb} with block_mask={mask!r} should raise a KvPoolError, got "
+                        f"{reply.error!r}")
+
+    @precondition(_hostile)
+    @rule(groups=st.sampled_from(BAD_GROUP_LISTS), t=PICK)
+    def a_lookup_without_a_list_of_group_ids_is_invalid_argument(self, groups: Any,
+                                                                 t: int) -> None:
+        hashes = self.hashes(self.requests[t % len(self.requests)]) if self.requests else []
+        block_hash = hashes[0] if hashes else b"\x00" * 32
+        self.step(f"look up {block_hash!r} in groups {groups!r}")
+        for reply in (self.pool.get_cached_block(block_hash, groups),
+                      self.pool.find_longest_cache_hit(list(hashes), groups)):
+            self.expect(reply.rejected and isinstance(reply.error, InvalidArgument),
+                        f"group ids {groups!r} should raise InvalidArgument, got "
+                        f"{reply.error!r}")
+
+    @precondition(_hostile)
+    @rule(events=st.sampled_from(GARBAGE_EVENT_STREAMS), taken=st.booleans())
+    def replaying_garbage_is_invalid_event(self, events: Any, taken: bool) -> None:
+        if taken and isinstance(events, list):
+            # After the events the pools really emitted: the garbage comes mid-stream.
+            events = [*self.pool.taken_events, *events]
+        self.step(f"replay {events!r}"[:200])
+        try:
+            replay(events)
+        except InvalidEvent:
+            pass
+        except Exception as error:  # noqa: BLE001 - reported as what it is
+            self.expect(False, f"replay of garbage should raise InvalidEvent, got {error!r}")
+        else:
+            self.expect(False, "replay of garbage should raise InvalidEvent")
+
+    @precondition(_hostile)
+    @rule(options=st.sampled_from(BAD_POOL_OPTIONS), name=st.sampled_from(BAD_BACKEND_NAMES))
+    def make_pool_with_an_unknown_option_or_backend_is_typed(self, options: dict[str, Any],
+                                                             name: Any) -> None:
+        named = [b for b in self.pool.labels if b in BACKENDS]
+        self.step(f"make_pool with {options!r}, and with backend {name!r} / {named!r}")
+        for label in named:
+            self._expect_raises(InvalidConfig, make_pool, 2, backend=label, **options)
+        for bad in (name, named):
+            self._expect_raises(BackendUnavailable, make_pool, 2, backend=bad)
+
+    @precondition(_hostile)
+    @rule(hasher=st.sampled_from(BAD_BLOCK_HASHERS), at_decode=st.booleans())
+    def a_block_hasher_that_is_not_one_is_invalid_argument(self, hasher: Any,
+                                                           at_decode: bool) -> None:
+        self.step(f"a request with block_hasher={hasher!r} "
+                  f"({'from the first decode step' if at_decode else 'at construction'})")
+        if not at_decode:
+            self._expect_raises(InvalidArgument, Request, "h", [1, 2, 3, 4],
+                                block_hasher=hasher)
+            return
+        if not callable(hasher):
+            return
+        calls = iter([lambda r: [], hasher])  # the prompt hashes fine; the decode step not
+        request = Request("h", [1, 2], block_hasher=lambda r: next(calls)(r))
+        self._expect_raises(InvalidArgument, request.append_output_token_ids, 3)
+        self.expect(request.output_token_ids == [],
+                    "a refused hasher answer must take the decode step's token back out")
+
+    def _expect_raises(self, error: type[BaseException], call: Any, *args: Any,
+                       **kwargs: Any) -> None:
+        try:
+            call(*args, **kwargs)
+        except error:
+            return
+        except Exception as other:  # noqa: BLE001 - reported as what it is
+            self.expect(False, f"{getattr(call, '__name__', call)} should raise "
+                               f"{error.__name__}, got {other!r}")
+        else:
+            self.expect(False, f"{getattr(call, '__name__', call)} should raise "
+                               f"{error.__name__}")
+
+
+__all__ = ["HostileRules", "WrongTypeRules"]
