@@ -31,7 +31,8 @@ def backend_class(backend: str) -> type:
         raise BackendUnavailable(
             f"backend {backend!r} is not available ({exc}); {hint or 'reinstall kvpool'}"
         ) from exc
-    return getattr(module, class_name)
+    pool_class: type = getattr(module, class_name)
+    return pool_class
 
 
 @functools.cache

@@ -335,7 +335,7 @@ def _malformed(event: KVCacheEvent) -> str | None:
     if isinstance(event, AllBlocksCleared):
         return None
     hashes = event.block_hashes
-    if type(hashes) is not list and type(hashes) is not tuple:
+    if not isinstance(hashes, (list, tuple)):
         return f"has block_hashes {hashes!r}, not a list of hashes"
     for i, h in enumerate(hashes):
         if not _is_external_hash(h):

@@ -177,7 +177,7 @@ class BlockHashList(list):  # type: ignore[type-arg]
         buf = np.empty(capacity, np.uint8)
         if old is not None and used:
             buf[:used] = old[:used]
-        view = memoryview(buf)
+        view = memoryview(buf)  # type: ignore[arg-type]  # numpy's stubs: no __buffer__ (<3.12)
         buf.flags.writeable = False  # readers' views are read-only; this class writes via view
         self._buf, self._view = buf, view
 

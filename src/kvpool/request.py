@@ -150,11 +150,12 @@ class Request:
             added = 1
         else:
             start = len(self.prompt_token_ids) + len(self.output_token_ids)
+            values: Any = token_ids
             if type(token_ids) is not list and isinstance(
                 token_ids, (numbers.Integral, np.integer)
             ) and not isinstance(token_ids, (bool, np.bool_)):
-                token_ids = [token_ids]
-            checked = as_token_ids(token_ids, "token_ids", start)
+                values = [token_ids]
+            checked = as_token_ids(values, "token_ids", start)
             self.output_token_ids.extend(checked)
             added = len(checked)
         if self.block_hasher is not None:

@@ -18,7 +18,7 @@ import logging
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -42,10 +42,11 @@ from kvpool.events import (
 )
 from kvpool.hash_list import BlockHashList
 from kvpool.memory import check_pool_fits
+from kvpool.protocol import BlockObserver
 from kvpool.spec import preconditions as pre
 from kvpool.spec.ops import usage_fraction  # usage: the spec is the one source of truth
 from kvpool.spec.records import EventRecord
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState
+from kvpool.spec.state import NULL_BLOCK_ID, PoolState, PoolView
 
 logger = logging.getLogger("kvpool")
 
@@ -195,19 +196,20 @@ def candidate_table(to_ids: Callable[[Any], tuple[int, ...]], blocks: Iterable[o
     return (NULL_BLOCK_ID,) * lo + to_ids(table[lo:hi]) + (NULL_BLOCK_ID,) * (n - hi)
 
 
-def as_group_id(value: object) -> object:
-    """A numpy integer group id as a Python int; anything else is left for validation."""
+def as_group_id(value: object) -> Any:
+    """A numpy integer group id as a Python int; anything else is left for validation (so
+    the result is typed ``Any``: an ``int`` once the call's checks have passed)."""
     if isinstance(value, np.integer):
         return int(value)
     return value
 
 
-def as_group_ids(values: Iterable[object]) -> tuple[object, ...]:
+def as_group_ids(values: Iterable[object]) -> tuple[Any, ...]:
     """A lookup's group ids as a tuple (numpy integers as Python ints; each id is validated
     where it is read). ``None``, a single int, a string or anything else that is not a
     collection of ids raises :class:`InvalidArgument`."""
     if type(values) is tuple or type(values) is list:
-        groups = tuple(values)
+        groups: tuple[Any, ...] = tuple(values)
         for g in groups:
             if type(g) is not int:  # numpy ints to convert (or bad ids, checked later)
                 return tuple(as_group_id(g) for g in groups)
@@ -233,7 +235,7 @@ def as_mask(mask: Sequence[object] | None) -> tuple[bool, ...] | None:
         mask = mask.tolist()
     elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
         raise InvalidArgument(f"block_mask must be a sequence of bools, got {mask!r}")
-    out = tuple(mask)
+    out: tuple[Any, ...] = tuple(mask)
     if set(map(type, out)) <= {bool}:
         return out
     for i, m in enumerate(out):
@@ -399,7 +401,7 @@ class PoolShell:
     def _local_ids(self, blocks: Iterable[object]) -> tuple[int, ...]:
         if isinstance(blocks, np.ndarray):
             return as_block_ids(blocks)
-        ids = tuple(blocks)
+        ids: tuple[Any, ...] = tuple(blocks)
         if all(type(b) is int for b in ids):  # fast path: plain ints need no conversion
             return ids
         return tuple(self._local_id(b) for b in ids)
@@ -493,11 +495,11 @@ class PoolShell:
         local ones. Every pool involved validates its part before any pool changes.
         """
         self._refuse_reentry("free_blocks")
+        foreign: dict[Any, list[int]] = {}
         if isinstance(ordered_blocks, np.ndarray):
-            local, foreign = as_block_ids(ordered_blocks), {}
+            local = as_block_ids(ordered_blocks)
         else:
             local_list: list[int] = []
-            foreign: dict[Any, list[int]] = {}
             for b in ordered_blocks:
                 if isinstance(b, BlockRef) and b.pool is not self:
                     if not isinstance(b.pool, PoolShell):
@@ -515,8 +517,8 @@ class PoolShell:
                 if error is not None:
                     raise error
         self._core_free(local)
-        for pool, ids in foreign.items():
-            pool.free_blocks(ids)
+        for pool, theirs in foreign.items():
+            pool.free_blocks(theirs)
 
     def unpin_blocks(self, blocks: Iterable[object], on_reuse: OnReuse) -> None:
         """Release references that stay readable until reallocation; see the spec. O(len)."""
@@ -641,7 +643,7 @@ class PoolShell:
         hashes = request_block_hashes(request)
         block_id = self._local_id(block)
         group_id = as_group_id(kv_cache_group_id)
-        view = _HbsView(self.hash_block_size, self.num_gpu_blocks)
+        view = _hbs_view(self.hash_block_size, self.num_gpu_blocks)
         hbs = self.hash_block_size
         if (self.enable_caching and NULL_BLOCK_ID < block_id < self.num_gpu_blocks
                 and not pre.bad_group_id(group_id) and not pre.bad_block_size(view, block_size)
@@ -702,7 +704,7 @@ class PoolShell:
         group_id = as_group_id(kv_cache_group_id)
         if self.enable_kv_cache_events:
             error = pre.emit_cached_block_events_rejection(
-                _HbsView(self.hash_block_size), hashes, num_cached_blocks, block_size, group_id
+                _hbs_view(self.hash_block_size), hashes, num_cached_blocks, block_size, group_id
             )
             if error is None and num_cached_blocks:
                 ratio = block_size // self.hash_block_size
@@ -747,7 +749,7 @@ class PoolShell:
         """Everything observable, as a comparable value: equal ⇔ the pools agree."""
         return PoolAbstract(self._core_state(), self._events.pending())
 
-    def observe(self) -> StateObserver:
+    def observe(self) -> BlockObserver:
         """Per-block facts (:class:`kvpool.protocol.BlockObserver`). This default reads the
         core's spec state (O(N) to build); backends override it with an O(1) reader."""
         return StateObserver(self._core_state())
@@ -781,6 +783,13 @@ class _HbsView:
 
     hash_block_size: int
     num_blocks: int = 0
+
+
+def _hbs_view(hash_block_size: int, num_blocks: int = 0) -> PoolView:
+    """An :class:`_HbsView` where a spec check's signature asks for a whole ``PoolView``:
+    the state-free checks it is passed to (``bad_block_size``,
+    ``emit_cached_block_events_rejection``) read ``hash_block_size`` only."""
+    return cast(PoolView, _HbsView(hash_block_size, num_blocks))
 
 
 @dataclass(frozen=True)

@@ -124,20 +124,6 @@ class HostileRules(PoolMachine):
 
     # -- key and token types -------------------------------------------------------------
 
-    def _cacheable_tables(self) -> list[Any]:
-        """Tables with a position past their cached prefix that a hash covers."""
-        return [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
-
-    def _pick_cacheable_table(self, t: int) -> tuple[Any, int] | None:
-        """Table ``t`` of :meth:`_cacheable_tables` and its ``num_full``, or ``None`` when no
-        position can be cached (the precondition saw tables a shrunk run no longer has)."""
-        tables = self._cacheable_tables()
-        if not tables:
-            return None
-        table = tables[t % len(tables)]
-        num_full = min(len(table.blocks), len(self.hashes(table.request)))
-        return None if num_full <= table.num_cached else (table, num_full)
-
     @precondition(lambda self: _hostile(self) and self.config.enable_caching
                   and self._cacheable_tables())
     @rule(t=PICK, bad=st.sampled_from(BAD_HASHES), where=PICK)
@@ -217,9 +203,6 @@ class WrongTypeRules(PoolMachine):
     change how Hypothesis draws the others, and a valid-calls-only run (a vLLM pool) has no
     use for them.
     """
-
-    _cacheable_tables = HostileRules._cacheable_tables
-    _pick_cacheable_table = HostileRules._pick_cacheable_table
 
     @precondition(lambda self: _hostile(self) and self.config.enable_caching
                   and self._cacheable_tables())

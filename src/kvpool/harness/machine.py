@@ -181,6 +181,20 @@ class PoolMachine(RuleBasedStateMachine):
             return list(blocks)
         return [b for b in blocks if b != NULL_BLOCK_ID]
 
+    def _cacheable_tables(self) -> list[Table]:
+        """Tables with a position past their cached prefix that a hash covers."""
+        return [x for x in self.tables if len(self.hashes(x.request)) > x.num_cached]
+
+    def _pick_cacheable_table(self, t: int) -> tuple[Table, int] | None:
+        """Table ``t`` of :meth:`_cacheable_tables` and its ``num_full``, or ``None`` when no
+        position can be cached (the precondition saw tables a shrunk run no longer has)."""
+        tables = self._cacheable_tables()
+        if not tables:
+            return None
+        table = tables[t % len(tables)]
+        num_full = min(len(table.blocks), len(self.hashes(table.request)))
+        return None if num_full <= table.num_cached else (table, num_full)
+
     def tables_with_blocks(self) -> list[Table]:
         return [t for t in self.tables if any(b != NULL_BLOCK_ID for b in t.blocks)]
 

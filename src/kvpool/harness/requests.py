@@ -8,7 +8,7 @@ with a fixed seed so that every process (and every pasted reproduction) sees the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from kvpool.hashing import BlockHasher, get_request_block_hasher
@@ -48,7 +48,7 @@ _BLOCK_HASHERS: dict[tuple[int, int], object] = {}
 
 
 def make_request(
-    token_ids: Sequence[int],
+    token_ids: Iterable[int],
     *,
     hash_block_size: int,
     request_id: str = "r",
@@ -56,7 +56,8 @@ def make_request(
     extras: int = 0,
 ) -> Request:
     """A request over ``token_ids`` with ``block_hashes`` computed (sha256, fixed seed),
-    carrying the extra-key inputs ``REQUEST_EXTRAS[extras]``."""
+    carrying the extra-key inputs ``REQUEST_EXTRAS[extras]``. ``token_ids`` may be a numpy
+    integer array: the request turns its entries into Python ints."""
     key = (hash_block_size, num_hash_lookahead_tokens)
     hasher = _BLOCK_HASHERS.get(key)
     if hasher is None:

@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import zmq
 
@@ -308,7 +309,7 @@ class EventPublisher:
         if item is _LOST:
             stats.next_seq += 1
             return
-        ts, events = item  # type: ignore[misc]
+        ts, events = cast("tuple[float, list[Any]]", item)  # anything but _LOST is a batch
         seq = stats.next_seq
         try:
             payload = encoder.encode(events, ts, self.config.data_parallel_rank)
