@@ -61,14 +61,14 @@ FULL_API = PoolApi()
 
 def common_api(apis: list[PoolApi]) -> PoolApi:
     """The calls every one of ``apis`` offers; set order if any pool declares it."""
-    values = {}
+    values: dict[str, bool | str] = {}
     for f in fields(PoolApi):
         if f.name == "secondary_key_order":
             orders = {a.secondary_key_order for a in apis}
             values[f.name] = "set" if "set" in orders else "insertion"
         else:
             values[f.name] = all(getattr(a, f.name) for a in apis)
-    return PoolApi(**values)
+    return PoolApi(**values)  # type: ignore[arg-type]  # per field: bool, or the order str
 
 
 @dataclass(frozen=True)

@@ -115,8 +115,8 @@ def make_differential_test(
     defaults to the ``ci`` profile.
     """
     cfg = HarnessConfig(backends=tuple(backends), **config)
-    machine = build_machine(cfg, name=name or "DifferentialPoolMachine")
-    test_case = machine.TestCase
+    machine: Any = build_machine(cfg, name=name or "DifferentialPoolMachine")
+    test_case = machine.TestCase  # RuleBasedStateMachine's; build_machine returns a type
     test_case.settings = settings if settings is not None else harness_settings("ci")
     test_case.__name__ = test_case.__qualname__ = f"Test{name or 'DifferentialPool'}"
     return test_case

@@ -239,7 +239,7 @@ class Lockstep:
     def cache_full_blocks(self, request: Any, blocks: list, num_cached_blocks: int,
                           num_full_blocks: int, block_size: int, kv_cache_group_id: int,
                           block_mask: list | None = None) -> Reply:
-        args = (request, blocks, num_cached_blocks, num_full_blocks, block_size,
+        args: tuple[Any, ...] = (request, blocks, num_cached_blocks, num_full_blocks, block_size,
                 kv_cache_group_id)
         if block_mask is not None:
             args += (block_mask,)
@@ -248,7 +248,7 @@ class Lockstep:
     def cache_partial_block(self, request: Any, block: Any, num_tokens: int,
                             kv_cache_group_id: int, block_size: int,
                             replace_existing_hashes: bool = False) -> Reply:
-        args = (request, block, num_tokens, kv_cache_group_id, block_size)
+        args: tuple[Any, ...] = (request, block, num_tokens, kv_cache_group_id, block_size)
         if replace_existing_hashes:
             args += (True,)
         return self._call("cache_partial_block", args)
@@ -285,15 +285,15 @@ class Lockstep:
     def allocate_and_cache(self, request: Any, blocks: list, num_new_blocks: int,
                            num_cached_blocks: int, num_full_blocks: int, block_size: int,
                            kv_cache_group_id: int, block_mask: Any = None) -> Reply:
-        args = (request, blocks, num_new_blocks, num_cached_blocks, num_full_blocks,
-                block_size, kv_cache_group_id)
+        args: tuple[Any, ...] = (request, blocks, num_new_blocks, num_cached_blocks,
+                                 num_full_blocks, block_size, kv_cache_group_id)
         if block_mask is not None:
             args += (block_mask,)
         return self._call("allocate_and_cache", args)
 
     def find_longest_cache_hit(self, block_hashes: Any, kv_cache_group_ids: Any,
                                max_num_blocks: int | None = None) -> Reply:
-        args = (block_hashes, kv_cache_group_ids)
+        args: tuple[Any, ...] = (block_hashes, kv_cache_group_ids)
         if max_num_blocks is not None:
             args += (max_num_blocks,)
         return self._call("find_longest_cache_hit", args, query=True)

@@ -20,6 +20,7 @@ each rule's name is a claim it asserts (``self.expect``).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -229,7 +230,8 @@ class PoolMachine(RuleBasedStateMachine):
             limit += 1
         return table.num_cached, limit
 
-    def add_table(self, request: Any, reply: Reply, group: int, prefix: list[int] = ()) -> None:
+    def add_table(self, request: Any, reply: Reply, group: int,
+                  prefix: Sequence[int] = ()) -> None:
         """Record the blocks an allocation handed out (also when a watcher raised after it)."""
         if not reply.rejected and reply.value is not None:
             self.tables.append(Table(request, [*prefix, *reply.value], len(prefix), group))
