@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpool.errors import InvalidArgument, KvPoolError, UnknownRequest
+from kvpool.errors import InvalidArgument, KvPoolError
 from kvpool.events import BlockStored
 from kvpool.policy import (
     FullAttentionSpec,
@@ -135,8 +135,6 @@ def running(m):
     lambda m, a: m.allocate_slots(request("n", list(range(40))), 8, 16, KVCacheBlocks(([999],))),
     lambda m, a: m.allocate_slots(request("n", list(range(40))), 8, 32, KVCacheBlocks(([1],))),
     lambda m, a: m.allocate_slots(request("n", list(range(40))), 8, 16, KVCacheBlocks(([],))),
-    lambda m, a: m.free(request("never", [1, 2])),
-    lambda m, a: m.pop_blocks_for_free(request("never", [1, 2])),
 ])
 def test_bad_call_raises_typed_error_and_changes_nothing(backend, call) -> None:
     m = manager(FULL, backend=backend)
@@ -147,13 +145,18 @@ def test_bad_call_raises_typed_error_and_changes_nothing(backend, call) -> None:
     assert snapshot(m, "a", "n") == before
 
 
-def test_a_request_freed_twice_raises_unknown_request() -> None:
-    m = manager(FULL)
+@pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
+def test_freeing_a_request_that_holds_nothing_is_a_no_op(backend) -> None:
+    """vLLM's rule (BEHAVIOUR.md §8): its scheduler frees requests aborted while still
+    waiting, and a request freed twice; both change nothing (this raised UnknownRequest)."""
+    m = manager(FULL, backend=backend)
     a = running(m)
     m.free(a)
     before = snapshot(m, "a")
-    with pytest.raises(UnknownRequest):
-        m.free(a)
+    assert m.free(a) is None
+    assert m.pop_blocks_for_free(a) == []
+    waiting = request("never-allocated", list(range(40)))
+    assert m.free(waiting) is None and m.pop_blocks_for_free(waiting) == []
     assert snapshot(m, "a") == before
 
 
@@ -173,3 +176,24 @@ def test_zero_tokens_message_is_vllms() -> None:
     m = manager(FULL)
     with pytest.raises(ValueError, match="num_new_tokens must be greater than 0"):
         m.allocate_slots(request("a", [1] * 20), 0)
+
+
+@pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
+def test_an_empty_hit_list_cannot_cover_computed_tokens(backend) -> None:
+    """Hits for a hybrid model whose full-attention list is empty while the sliding-window
+    list covers 32 tokens: accepted before, and fresh blocks were then keyed for tokens
+    nobody computed. Every prefix-cached group must cover the tokens; nothing changes."""
+    m = manager(FULL, SlidingWindowSpec(block_size=16, sliding_window=32), num_blocks=40,
+                backend=backend)
+    a = request("a", list(range(48)))
+    run_prefill(m, a)
+    m.free(a)
+    b = request("b", list(range(48)))
+    hits, n = m.get_computed_blocks(b)
+    assert n == 32 and [len(g) for g in hits.blocks] == [2, 2]
+    before = snapshot(m, "b")
+    bad = KVCacheBlocks(((), hits.blocks[1]))
+    with pytest.raises(InvalidArgument, match="do not cover"):
+        m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=bad)
+    assert snapshot(m, "b") == before
+    assert m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=hits)

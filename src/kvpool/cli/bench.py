@@ -45,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="instead: kvpool against the real vLLM, with this vLLM venv "
                         "python (default $KVPOOL_VLLM_PYTHON when given without the suites; "
                         "see benchmarks/README.md)")
+    parser.add_argument("--vllm-scheduler", metavar="PYTHON", default=None,
+                        help="instead: kvpool's manager inside vLLM's real scheduler against "
+                        "vLLM's own, with this vLLM venv python (docs/vllm.md)")
+    parser.add_argument("--requests", type=positive_int, default=None, metavar="N",
+                        help="--vllm-scheduler: the first N requests of the chat trace (2000)")
     parser.add_argument("--vllm-kit", metavar="DIR", default=None,
                         help="the vLLM kit directory with bench.py and gen_trace.py "
                         "($KVPOOL_VLLM_KIT, else ../shared/vllm-kit)")
@@ -97,7 +102,50 @@ def run_vs_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_vllm_scheduler(args: argparse.Namespace) -> int:
+    from kvpool.bench.vllm_scheduler import (
+        SchedulerBenchConfig,
+        SchedulerDivergence,
+        render_rows,
+        run_vllm_scheduler_bench,
+    )
+    from kvpool.bench.vs_vllm import default_kit
+    from kvpool.cli._render import phase_status, progress_enabled
+
+    kit = args.vllm_kit or default_kit()
+    if not kit:
+        print("kvpool bench: --vllm-scheduler needs the vLLM kit (--vllm-kit DIR or "
+              "$KVPOOL_VLLM_KIT)", file=sys.stderr)
+        return 2
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
+                                  rounds=args.rounds, num_requests=args.requests)
+    try:
+        with phase_status("kvpool bench --vllm-scheduler", progress_enabled(args.json)) as log:
+            result = run_vllm_scheduler_bench(config, log=log)
+    except SchedulerDivergence as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 1
+    except (KvPoolError, OSError) as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    w = result["workload"]
+    print_renderable(grid_table(
+        ["figure", "vLLM", f"kvpool ({result['backend']})", "vLLM / kvpool", "target"],
+        render_rows(result),
+        title=f"vLLM's scheduler, chat trace ({w['requests']:,} requests, {w['steps']:,} "
+        f"steps, {w['num_blocks']:,} blocks), CPU clock, medians of {result['rounds']} "
+        f"rounds; same decisions (digest {result['digest']})"))
+    print(f"kvpool side: {result['manager']}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.vllm_scheduler:
+        return run_vllm_scheduler(args)
     if args.vs_vllm:
         return run_vs_vllm(args)
     if args.suite == "all":

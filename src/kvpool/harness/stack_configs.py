@@ -69,6 +69,7 @@ FULL = FullAttentionSpec(block_size=16)
 CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
     StackConfiguration("full", (_g(FULL),)),
     StackConfiguration("full-eagle", (_g(FULL),), use_eagle=True, num_lookahead_tokens=2),
+    StackConfiguration("full-watermark", (_g(FULL),), num_blocks=40, watermark=0.1),
     StackConfiguration(
         "full+swa",
         (_g(FullAttentionSpec(block_size=32)),

@@ -182,19 +182,132 @@ def _running_copy_rewrites_table(m: KVCacheManager) -> None:
             mgr.allocate_new_blocks = broken
 
 
+# -- the same rules, broken in the fast policy's own code (kvpool.policy.fast) -------------
+
+def _fast_free_in_forward_order(m: Any) -> None:
+    def broken(request: Any) -> None:
+        rid = request.request_id
+        if m._live.pop(rid, None) is None:
+            return
+        m._num_cached.pop(rid, None)
+        table = m._tables.pop(rid, None)
+        if table:
+            m.block_pool.free_blocks(table)  # head first: the prefix is evicted first
+
+    m.free = broken
+
+
+def _fast_hit_reaches_last_token(m: Any) -> None:
+    def broken(request: Any) -> Any:
+        if not m.enable_caching or request.skip_reading_prefix_cache:
+            return m.empty_kv_cache_blocks, 0
+        bs = m._block_size
+        limit = request.num_tokens // bs  # should be (num_tokens - 1) // bs
+        hits = m.block_pool.find_longest_cache_hit(request.block_hashes[:limit], [0])[0] \
+            if limit else []
+        if m._eagle and hits:
+            hits.pop()
+        if not hits:
+            return m.empty_kv_cache_blocks, 0
+        return m.make_blocks((hits,)), len(hits) * bs
+
+    m.get_computed_blocks = broken
+
+
+def _fast_touch_after_allocating(m: Any) -> None:
+    class Deferred:
+        """The pool, with each touch held back until the next allocation has run."""
+
+        def __init__(self, pool: Any) -> None:
+            self.pool, self.pending = pool, []
+
+        def touch(self, blocks: Any) -> None:
+            self.pending.append(list(blocks))
+
+        def _then_touch(self, result: Any) -> Any:
+            while self.pending:
+                self.pool.touch(self.pending.pop(0))
+            return result
+
+        def get_new_blocks(self, n: int) -> Any:
+            return self._then_touch(self.pool.get_new_blocks(n))
+
+        def allocate_and_cache(self, *args: Any) -> Any:
+            return self._then_touch(self.pool.allocate_and_cache(*args))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.pool, name)
+
+    pool = Deferred(m.block_pool)
+    original = m.allocate_slots
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        real, m.block_pool = m.block_pool, pool
+        try:
+            return original(*args, **kwargs)
+        finally:
+            m.block_pool = real
+            pool._then_touch(None)
+
+    m.allocate_slots = broken
+
+
+def _fast_evictable_hits_not_counted(m: Any) -> None:
+    m._num_evictable = lambda hits: 0
+
+
+def _fast_eagle_block_kept(m: Any) -> None:
+    m._eagle = False
+
+
+def _fast_step_ignores_watermark(m: Any) -> None:
+    m.watermark_statuses = ()
+
+
+def _fast_step_caches_drafts(m: Any) -> None:
+    original = m.allocate_slots
+
+    def broken(request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
+        result = original(request, num_new_tokens, *args, **kwargs)
+        rid = request.request_id
+        lookahead = kwargs.get("num_lookahead_tokens", args[2] if len(args) > 2 else 0)
+        if result is not None and lookahead and rid in m._live:
+            # Keys the blocks the drafts fill, as if they were verified tokens.
+            full = min(request.num_computed_tokens + num_new_tokens + lookahead,
+                       len(request.block_hashes) * m._block_size) // m._block_size
+            cached = m._num_cached.get(rid, 0)
+            table = m._tables.get(rid, [])
+            if full > cached and full <= len(table):
+                m.block_pool.cache_full_blocks(request, table, cached, full, m._block_size, 0)
+                m._num_cached[rid] = full
+        return result
+
+    m.allocate_slots = broken
+
+
 @dataclass(frozen=True)
 class PlantedPolicyBug:
-    """A broken twin of one policy method, and the configuration that reaches it."""
+    """A broken twin of one policy method, and the configuration that reaches it.
+
+    ``policy`` is the policy planted into: ``"generic"`` (the facade on the reference pool)
+    or ``"fast"`` (:class:`kvpool.policy.fast.FastKVCacheManager` on the fast pool)."""
 
     name: str
     configuration: str
     bug: str
-    install: Callable[[KVCacheManager], None]
+    install: Callable[[Any], None]
+    policy: str = "generic"
 
-    def stack(self) -> Callable[[StackConfiguration], tuple[str, KVCacheManager]]:
+    def stack(self) -> Callable[[StackConfiguration], tuple[str, Any]]:
         """A builder for the machine's ``extra`` stacks."""
-        def build(config: StackConfiguration) -> tuple[str, KVCacheManager]:
-            manager = KVCacheManager(**config.manager_kwargs(), backend="reference")
+        def build(config: StackConfiguration) -> tuple[str, Any]:
+            manager: Any
+            if self.policy == "fast":
+                from kvpool.policy.fast import FastKVCacheManager
+
+                manager = FastKVCacheManager(**config.manager_kwargs(), backend="fast")
+            else:
+                manager = KVCacheManager(**config.manager_kwargs(), backend="reference")
             self.install(manager)
             return f"planted:{self.name}", manager
 
@@ -241,6 +354,34 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("running-copy-rewrites-table", "full+mamba-cow",
                      "a running request's copy replaces its table entry",
                      _running_copy_rewrites_table),
+    # The rules the fast policy carries out itself, broken there; the rules it leaves to
+    # the generic code (admissions with hits, the admission gate) are planted into that
+    # code on a fast-policy stack.
+    PlantedPolicyBug("fast-free-in-forward-order", "full",
+                     "fast policy: tables freed head first", _fast_free_in_forward_order,
+                     policy="fast"),
+    PlantedPolicyBug("fast-hit-reaches-last-token", "full",
+                     "fast policy: lookup capped at num_tokens, not num_tokens - 1",
+                     _fast_hit_reaches_last_token, policy="fast"),
+    PlantedPolicyBug("fast-eagle-block-kept", "full-eagle",
+                     "fast policy: EAGLE lookups keep the last hit block",
+                     _fast_eagle_block_kept, policy="fast"),
+    PlantedPolicyBug("fast-step-ignores-watermark", "full-watermark",
+                     "fast policy: a waiting request's step skips the watermark",
+                     _fast_step_ignores_watermark, policy="fast"),
+    PlantedPolicyBug("fast-step-caches-drafts", "full-eagle",
+                     "fast policy: blocks filled by unverified drafts are keyed",
+                     _fast_step_caches_drafts, policy="fast"),
+    PlantedPolicyBug("fast-touch-after-allocating", "full",
+                     "fast policy: hits touched after the allocation (which may evict them)",
+                     _fast_touch_after_allocating, policy="fast"),
+    PlantedPolicyBug("fast-evictable-hits-not-counted", "full",
+                     "fast policy: budget ignores hits a touch takes out of the free queue",
+                     _fast_evictable_hits_not_counted, policy="fast"),
+    PlantedPolicyBug("fast-stack-evictable-hits-not-counted", "full",
+                     "fast policy stack, generic code it falls back to: budget ignores hits "
+                     "a touch takes out of the queue", _evictable_hits_not_counted,
+                     policy="fast"),
 )}
 assert all(p.configuration in CONFIGURATIONS for p in PLANTED_POLICY.values())
 

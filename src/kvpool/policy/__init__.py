@@ -25,6 +25,7 @@ from kvpool.policy.coordinator import (
     get_kv_cache_coordinator,
 )
 from kvpool.policy.facade import BlockCopy, KVCacheManager
+from kvpool.policy.factory import POLICIES, make_kv_cache_manager
 from kvpool.policy.hybrid import HybridKVCacheCoordinator
 from kvpool.policy.request import RequestStatus, SchedulerRequest
 from kvpool.policy.specs import (
@@ -58,6 +59,7 @@ __all__ = [
     "KVCacheGroupSpec",
     "KVCacheManager",
     "KVCacheSpec",
+    "POLICIES",
     "MLAAttentionSpec",
     "MambaSpec",
     "PrefixCacheStats",
@@ -69,4 +71,5 @@ __all__ = [
     "SlidingWindowSpec",
     "UnitaryKVCacheCoordinator",
     "get_kv_cache_coordinator",
+    "make_kv_cache_manager",
 ]

@@ -12,9 +12,11 @@ vLLM's order (§10.2): free out-of-window blocks, check the budget (counting the
 will take out of the free queue, and the watermark), touch *every* group's hits, allocate,
 then key the blocks that are full. A ``None`` means nothing was touched or allocated.
 
-Stricter than vLLM (§12): every bad call — a shrinking token count, a second free, hits for
-a running request, ``num_new_tokens == 0`` without external tokens, ids outside the pool —
-raises a typed :class:`~kvpool.errors.KvPoolError` before anything changes.
+Stricter than vLLM (§12): every bad call — a shrinking token count, hits for a running
+request, hits that do not cover ``num_new_computed_tokens``, ``num_new_tokens == 0`` without
+external tokens, ids outside the pool — raises a typed :class:`~kvpool.errors.KvPoolError`
+before anything changes. Freeing a request that holds nothing is vLLM's no-op: a scheduler
+frees requests aborted while still waiting.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import dataclasses
 import logging
 import numbers
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained, UnknownRequest
+from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained
 from kvpool.events import BlockStored, KVCacheEvent
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.circular_buffer import CircularBufferManager
@@ -73,6 +75,10 @@ class KVCacheManager:
     (§10.4; :attr:`partial_hash_hits_enabled`, :meth:`take_kv_cache_block_copies`).
     """
 
+    #: The request statuses the watermark applies to (vLLM: waiting and preempted). A
+    #: scheduler with its own status enum (``kvpool.vllm``) names its members here.
+    watermark_statuses: tuple[Any, ...] = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
     def __init__(
         self,
         kv_cache_config: KVCacheConfig,
@@ -116,8 +122,15 @@ class KVCacheManager:
         self.kv_cache_event_metadata = tuple(
             (spec_kind(g.kv_cache_spec), spec_sliding_window(g.kv_cache_spec))
             for g in kv_cache_config.kv_cache_groups)
-        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(
+        self.empty_kv_cache_blocks: Any = KVCacheBlocks(tuple(() for _ in range(
             self.num_kv_cache_groups)))
+        #: How results are made from per-group id lists, and how a caller's hit object is
+        #: read back as id lists (``None``: not a hit object). A scheduler with its own
+        #: block types (``kvpool.vllm``) replaces both, and ``empty_kv_cache_blocks``, so
+        #: its objects go in and come out with no wrapper around this facade.
+        self.make_blocks: Callable[[tuple[Sequence[int], ...]], Any] = KVCacheBlocks
+        self.hit_block_ids: Callable[[Any], tuple[Sequence[int], ...] | None] = \
+            _kvpool_hit_ids
         # Requests holding an allocation, with the (num_tokens, num_computed_tokens) of
         # their last successful allocate_slots: the shrink check reads them.
         self._live: dict[str, tuple[int, int]] = {}
@@ -228,8 +241,7 @@ class KVCacheManager:
         local = request.num_computed_tokens + num_new_computed_tokens
         total = min(local + num_external_computed_tokens, self.max_model_len)
         watermark = 0
-        if has_scheduled_reqs and request.status in (RequestStatus.WAITING,
-                                                     RequestStatus.PREEMPTED):
+        if has_scheduled_reqs and request.status in self.watermark_statuses:
             watermark = self.watermark_blocks
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
@@ -286,11 +298,12 @@ class KVCacheManager:
                 raise InvalidArgument(
                     f"num_new_computed_tokens={new_computed} but no hit blocks were given")
             return self.empty_kv_cache_blocks  # the common case: nothing more to check
-        hits = new_computed_blocks
-        if not isinstance(hits, KVCacheBlocks) or len(hits.blocks) != self.num_kv_cache_groups:
+        ids = self.hit_block_ids(new_computed_blocks)
+        if ids is None or len(ids) != self.num_kv_cache_groups:
             raise InvalidArgument(
                 f"new_computed_blocks must be a KVCacheBlocks with {self.num_kv_cache_groups} "
                 f"groups, got {new_computed_blocks!r}")
+        hits = KVCacheBlocks(tuple(ids))
         running = seen is not None or self.coordinator.is_tracked(rid)
         if running and (new_computed or any(hits.blocks)):
             raise InvalidArgument(f"request {rid!r} is running; it takes no new prefix hits")
@@ -300,13 +313,14 @@ class KVCacheManager:
         n = self.block_pool.num_gpu_blocks
         managers = self.coordinator.single_type_managers
         for g, (blocks, manager) in enumerate(zip(hits.blocks, managers, strict=True)):
-            if not blocks:
-                continue
-            if isinstance(manager, CrossAttentionManager):
-                raise InvalidArgument("cross-attention groups take no prefix hits")
-            if isinstance(manager, CircularBufferManager):
-                raise InvalidArgument("circular-buffer groups take no prefix hits")
-            if not self.enable_caching:
+            hitless = isinstance(manager, (CrossAttentionManager, CircularBufferManager))
+            if not blocks and (hitless or not new_computed):
+                continue  # nothing to check; an empty list that must cover tokens is not
+            if hitless:
+                kind = "cross-attention" if isinstance(manager, CrossAttentionManager) \
+                    else "circular-buffer"
+                raise InvalidArgument(f"{kind} groups take no prefix hits")
+            if blocks and not self.enable_caching:
                 raise InvalidArgument("prefix hits given while caching is disabled")
             if self.coordinator.partial_hash_hits:
                 covers = new_computed % self.coordinator.hash_block_size == 0 and \
@@ -373,22 +387,22 @@ class KVCacheManager:
 
     # -- release ------------------------------------------------------------------------
 
-    def _release(self, request: Any) -> str:
-        rid = request.request_id
-        if rid not in self._live:
-            raise UnknownRequest(
-                f"request {rid!r} holds no blocks (never allocated, or already freed)")
-        del self._live[rid]
-        return rid
-
     def free(self, request: Any) -> None:
-        """Release the request's blocks: group by group, each table tail first."""
-        self.coordinator.free(self._release(request))
+        """Release the request's blocks: group by group, each table tail first. A request
+        that holds nothing (never allocated, aborted while waiting, already freed) is left
+        alone, as vLLM does."""
+        rid = request.request_id
+        if self._live.pop(rid, None) is not None:
+            self.coordinator.free(rid)
 
     def pop_blocks_for_free(self, request: Any) -> list[int]:
         """Forget the request and hand its blocks over, in table order, group after group;
-        the caller later calls ``block_pool.free_blocks(reversed(blocks))``."""
-        return self.coordinator.pop_blocks_for_free(self._release(request))
+        the caller later calls ``block_pool.free_blocks(reversed(blocks))``. ``[]`` for a
+        request that holds nothing."""
+        rid = request.request_id
+        if self._live.pop(rid, None) is None:
+            return []
+        return self.coordinator.pop_blocks_for_free(rid)
 
     def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
@@ -428,10 +442,14 @@ class KVCacheManager:
             out.append(event)
         return out
 
-    def _blocks(self, blocks: Sequence[Sequence[int]]) -> KVCacheBlocks:
+    def _blocks(self, blocks: Sequence[Sequence[int]]) -> Any:
         if not any(blocks):
             return self.empty_kv_cache_blocks
-        return KVCacheBlocks(tuple(blocks))
+        return self.make_blocks(tuple(blocks))
+
+
+def _kvpool_hit_ids(hits: Any) -> tuple[Sequence[int], ...] | None:
+    return hits.blocks if isinstance(hits, KVCacheBlocks) else None
 
 
 __all__ = ["BlockCopy", "KVCacheManager"]

@@ -27,6 +27,7 @@ from kvpool.policy import (
     KVCacheManager,
     MambaSpec,
     SlidingWindowSpec,
+    make_kv_cache_manager,
 )
 
 SLIDING_WINDOW_TOKENS = 1024
@@ -72,16 +73,19 @@ def full_attention_groups(groups: tuple[KVCacheGroupSpec, ...]) -> list[int]:
 
 
 def build_manager(model: str, num_blocks: int, block_size: int, max_model_len: int, *,
-                  backend: str | Any = "fast", enable_kv_cache_events: bool = True
-                  ) -> KVCacheManager:
-    """The facade for ``model`` over a fresh ``backend`` pool of ``num_blocks`` blocks."""
+                  backend: str | Any = "fast", enable_kv_cache_events: bool = True,
+                  policy: str = "auto") -> KVCacheManager:
+    """The facade for ``model`` over a fresh ``backend`` pool of ``num_blocks`` blocks: the
+    fast policy where it serves the model and backend (``policy="auto"``), else the generic
+    one (:func:`kvpool.policy.make_kv_cache_manager`)."""
     shape = MODELS.get(model)
     if shape is None:
         raise InvalidConfig(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     groups = shape.groups(block_size)
-    return KVCacheManager(KVCacheConfig(num_blocks, groups), max_model_len, block_size,
-                          block_size, max_num_batched_tokens=max_model_len,
-                          enable_kv_cache_events=enable_kv_cache_events, backend=backend)
+    return make_kv_cache_manager(  # type: ignore[no-any-return]
+        KVCacheConfig(num_blocks, groups), max_model_len, block_size, block_size,
+        max_num_batched_tokens=max_model_len, enable_kv_cache_events=enable_kv_cache_events,
+        backend=backend, policy=policy)
 
 
 __all__ = ["MODELS", "ModelShape", "SLIDING_WINDOW_TOKENS", "build_manager",

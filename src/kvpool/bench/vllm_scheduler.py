@@ -1,0 +1,173 @@
+"""``kvpool bench --vllm-scheduler PYTHON``: the KV manager where users feel it, inside
+vLLM's real scheduler.
+
+Two long-lived processes of the vLLM venv's python run :mod:`kvpool.vllm.scheduler_run` on
+the same workload (the vLLM kit's chat trace by default: 2,000 requests, 64 running, 20,000
+blocks, prefix caching on): one with vLLM's own ``KVCacheManager``, one with kvpool's
+(:func:`kvpool.vllm.install`). Each side first runs the trace once untimed (warm-up); then
+``rounds`` timed runs alternate between the sides, so a slow spell of the shared machine hits
+both. Per run, on the thread's CPU clock: the scheduler step (``schedule`` +
+``update_from_output``) and the KV manager's share of it (its public methods, outermost
+calls only), plus the decisions digest of the run, which must be equal on both sides (a run
+whose digests differ is a divergence, exit 1). Figures are medians over the rounds.
+
+The kvpool side also reports what an engine pays at start: the seconds :func:`install`
+took (a warm Numba disk cache: loading, not compiling) and the CPU time of the first
+scheduler step. Each side's Numba cache lives beside its kit (``<kit>/numba-cache``): the
+cache is per Numba version, and the kit's Numba is not the checkout's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvpool.errors import InvalidConfig
+
+
+class SchedulerDivergence(AssertionError):
+    """vLLM's scheduler decided differently with kvpool's manager."""
+
+
+@dataclass(frozen=True)
+class SchedulerBenchConfig:
+    python: str
+    kit: str
+    backend: str = "fast"
+    policy: str = "auto"
+    rounds: int = 3
+    num_requests: int | None = None
+    num_blocks: int = 20_000
+    kv_events: bool = False
+
+
+class _Side:
+    """One vLLM process answering driver commands (one JSON line each)."""
+
+    def __init__(self, python: str, kit: str) -> None:
+        venv_root = Path(os.path.abspath(python)).parents[2]  # <kit>/venv/bin/python
+        src = Path(__file__).resolve().parents[2]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src),
+                                                           str(venv_root / "kvpool-deps")]),
+                   PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR", HF_HUB_OFFLINE="1",
+                   KVPOOL_VLLM_KIT=kit, NUMBA_CACHE_DIR=str(venv_root / "numba-cache"))
+        self.proc = subprocess.Popen(
+            [python, "-m", "kvpool.vllm.scheduler_run"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        proc = self.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(command) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        while line and not line.startswith("{"):
+            line = proc.stdout.readline()  # a library printing to stdout: skipped
+        if not line:
+            err = proc.stderr.read() if proc.stderr is not None else ""
+            raise InvalidConfig(f"the vLLM scheduler process stopped: {err.strip()[-3000:]}")
+        return json.loads(line)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+
+def run_vllm_scheduler_bench(config: SchedulerBenchConfig,
+                             log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Both sides, warmed up, then ``rounds`` alternating timed runs (module docstring)."""
+    workload = {"kit": config.kit, "num_requests": config.num_requests}
+    setup = {"num_blocks": config.num_blocks, "kv_events": config.kv_events}
+    base = {"setup": setup, "workload": workload, "timing": True}
+    log("starting vLLM (two processes)")
+    stock, ours = _Side(config.python, config.kit), _Side(config.python, config.kit)
+    try:
+        install = ours.ask({"install_only": True, "backend": config.backend})
+        kvpool_cmd = dict(base, manager="kvpool", backend=config.backend, policy=config.policy)
+        log("warm-up: one untimed run per side")
+        first = ours.ask(kvpool_cmd)
+        stock.ask(dict(base, manager="vllm"))
+        runs: dict[str, list[dict[str, Any]]] = {"vllm": [], "kvpool": []}
+        for r in range(config.rounds):
+            log(f"round {r + 1} of {config.rounds}")
+            runs["vllm"].append(stock.ask(dict(base, manager="vllm")))
+            runs["kvpool"].append(ours.ask(kvpool_cmd))
+    finally:
+        stock.close()
+        ours.close()
+    digests = {side: {run["digest"] for run in rs} for side, rs in runs.items()}
+    if len(digests["vllm"] | digests["kvpool"]) != 1:
+        raise SchedulerDivergence(
+            f"vLLM's scheduler decided differently with kvpool's manager: digests {digests}")
+    return _summary(config, runs, install["install_s"], first)
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]],
+             install_s: float, first: dict[str, Any]) -> dict[str, Any]:
+    steps = runs["vllm"][0]["steps"]
+    sides = {}
+    for side, rs in runs.items():
+        sched, manager = _median(rs, "scheduler_cpu_s"), _median(rs, "manager_cpu_s")
+        sides[side] = {"scheduler_cpu_s": sched, "manager_cpu_s": manager,
+                       "scheduler_us_per_step": 1e6 * sched / steps,
+                       "manager_us_per_step": 1e6 * manager / steps,
+                       "manager_share": manager / sched if sched else 0.0,
+                       "manager_calls": rs[0]["manager_calls"],
+                       "runs_scheduler_cpu_s": [r["scheduler_cpu_s"] for r in rs],
+                       "runs_manager_cpu_s": [r["manager_cpu_s"] for r in rs]}
+    v, k = sides["vllm"], sides["kvpool"]
+    return {
+        "workload": {"requests": config.num_requests or 2000, "steps": steps,
+                     "num_blocks": config.num_blocks, "kv_events": config.kv_events},
+        "backend": config.backend, "manager": runs["kvpool"][0]["manager_repr"],
+        "rounds": config.rounds, "digest": runs["vllm"][0]["digest"], "sides": sides,
+        "ratios": {"manager": v["manager_cpu_s"] / k["manager_cpu_s"],
+                   "scheduler": v["scheduler_cpu_s"] / k["scheduler_cpu_s"]},
+        "targets": {"manager": 5.0, "scheduler": 1.6, "first_step_s": 1.0},
+        "start": {"install_s": install_s, "first_step_cpu_s": first["first_step_cpu_s"]},
+    }
+
+
+def render_rows(result: dict[str, Any]) -> list[list[str]]:
+    """The table rows of a result: figure, vLLM, kvpool, ratio, target."""
+    v, k = result["sides"]["vllm"], result["sides"]["kvpool"]
+    r, t = result["ratios"], result["targets"]
+
+    def verdict(ratio: float, goal: float) -> str:
+        return f">= {goal:g}x {'met' if ratio >= goal else 'missed'}"
+
+    return [
+        ["KV manager CPU, whole trace", f"{v['manager_cpu_s']:.3f} s",
+         f"{k['manager_cpu_s']:.3f} s", f"{r['manager']:.2f}x",
+         verdict(r["manager"], t["manager"])],
+        ["KV manager CPU per step", f"{v['manager_us_per_step']:.0f} us",
+         f"{k['manager_us_per_step']:.0f} us", f"{r['manager']:.2f}x", ""],
+        ["scheduler step CPU", f"{v['scheduler_us_per_step']:.0f} us",
+         f"{k['scheduler_us_per_step']:.0f} us", f"{r['scheduler']:.2f}x",
+         verdict(r["scheduler"], t["scheduler"])],
+        ["manager share of the step", f"{100 * v['manager_share']:.0f} %",
+         f"{100 * k['manager_share']:.0f} %", "", ""],
+        ["install() (warm disk cache)", "", f"{result['start']['install_s']:.2f} s", "", ""],
+        ["first scheduler step CPU", "",
+         f"{1e3 * result['start']['first_step_cpu_s']:.1f} ms", "",
+         f"<= {t['first_step_s']:g} s "
+         f"{'met' if result['start']['first_step_cpu_s'] <= t['first_step_s'] else 'missed'}"],
+    ]
+
+
+__all__ = ["SchedulerBenchConfig", "SchedulerDivergence", "render_rows",
+           "run_vllm_scheduler_bench"]

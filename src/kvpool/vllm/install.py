@@ -1,0 +1,144 @@
+"""Switching vLLM's scheduler to kvpool's KV cache manager.
+
+Two ways, one effect (vLLM's ``Scheduler`` builds :class:`~kvpool.vllm.manager.
+KvpoolKVCacheManager` instead of its own ``KVCacheManager``):
+
+* in code, before the engine is built: ``kvpool.vllm.install(backend="fast")``;
+* with no code change: vLLM loads the general plugin kvpool declares (entry point group
+  ``vllm.general_plugins``) in every engine process, and :func:`register` installs kvpool
+  when ``KVPOOL_VLLM_BACKEND`` names a backend (``fast``, ``reference``, ``spec``); unset or
+  empty, the plugin does nothing. ``KVPOOL_VLLM_POLICY`` (``auto``, ``fast``, ``generic``)
+  and ``KVPOOL_VLLM_ON_UNSUPPORTED`` (``error``, ``fallback``) set the other two options.
+
+A configuration kvpool cannot serve (a spec class it has no manager for, a vLLM version
+whose scheduler contract it does not implement) is refused when the scheduler builds the
+manager — at engine start — with :class:`~kvpool.vllm.config.UnsupportedConfig`; with
+``on_unsupported="fallback"`` vLLM's own manager is built instead, after one warning.
+
+The fast backend compiles its kernels at :func:`install` (cached on disk by Numba, so only
+the first process after an install pays), not at the engine's first scheduled step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from kvpool.errors import InvalidConfig
+
+logger = logging.getLogger("kvpool.vllm")
+
+BACKENDS = ("fast", "reference", "spec")
+POLICIES = ("auto", "fast", "generic")
+SUPPORTED_VLLM = ((0, 25),)
+"""(major, minor) of the vLLM versions whose scheduler contract the drop-in implements."""
+
+_installed: dict[str, Any] = {}
+
+
+def vllm_version() -> tuple[int, int]:
+    import vllm
+
+    major, minor = str(vllm.__version__).split(".")[:2]
+    return int(major), int(minor)
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InvalidConfig(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def install(backend: str = "fast", *, policy: str = "auto",
+            on_unsupported: str = "error", warm_up: bool = True) -> None:
+    """Make vLLM's scheduler build kvpool's KV cache manager (module docstring).
+
+    Idempotent; a second call with other options replaces the first. ``warm_up`` compiles
+    the fast backend's kernels now (one log line with the time it took)."""
+    _choice("backend", backend, BACKENDS)
+    _choice("policy", policy, POLICIES)
+    _choice("on_unsupported", on_unsupported, ("error", "fallback"))
+    from vllm.v1.core import kv_cache_manager as vllm_manager_module
+    from vllm.v1.core.sched import scheduler as scheduler_module
+
+    from kvpool.vllm.manager import KvpoolKVCacheManager
+
+    version = vllm_version()
+    stock = _installed.get("stock", scheduler_module.KVCacheManager)
+    if version not in SUPPORTED_VLLM:
+        supported = ", ".join(f"{major}.{minor}" for major, minor in SUPPORTED_VLLM)
+        message = (f"kvpool's drop-in implements the scheduler contract of vLLM {supported}; "
+                   f"this is vLLM {version[0]}.{version[1]}")
+        if on_unsupported == "error":
+            from kvpool.vllm.config import UnsupportedConfig
+
+            raise UnsupportedConfig(message)
+        logger.warning("%s: vLLM's own KV cache manager stays in place", message)
+        return
+
+    class Configured(KvpoolKVCacheManager):
+        """The drop-in with this installation's options."""
+
+    Configured.backend, Configured.policy = backend, policy
+    Configured.__name__ = Configured.__qualname__ = "KvpoolKVCacheManager"
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        """What vLLM's scheduler calls as ``KVCacheManager(...)``."""
+        try:
+            return Configured(*args, **kwargs)
+        except InvalidConfig as error:
+            if on_unsupported == "error":
+                raise
+            logger.warning("kvpool cannot serve this configuration (%s): using vLLM's own KV "
+                           "cache manager", error)
+            return stock(*args, **kwargs)
+
+    _installed.update(stock=stock, backend=backend, policy=policy,
+                      on_unsupported=on_unsupported)
+    scheduler_module.KVCacheManager = build
+    del vllm_manager_module  # imported so that vLLM's own module is loaded first
+    if backend == "fast":
+        # An engine must not compile per process: the one-op verbs come from Numba's disk
+        # cache (kvpool.fast.state.one_op_mode), unless the caller chose.
+        os.environ.setdefault("KVPOOL_FAST_ONE_OP", "cached")
+    if warm_up and backend == "fast":
+        from kvpool.workload.simulate import warm_up_manager
+
+        logger.info("kvpool: loading the fast backend's kernels (compiled into Numba's disk "
+                    "cache on the first run after an install)")
+        seconds = warm_up_manager("fast")
+        logger.info("kvpool: fast backend ready in %.2f s", seconds)
+    logger.info("kvpool: vLLM's scheduler now uses kvpool's KV cache manager (backend=%s, "
+                "policy=%s)", backend, policy)
+
+
+def uninstall() -> None:
+    """Give vLLM's scheduler its own KV cache manager back."""
+    if "stock" not in _installed:
+        return
+    from vllm.v1.core.sched import scheduler as scheduler_module
+
+    scheduler_module.KVCacheManager = _installed["stock"]
+    _installed.clear()
+
+
+def installed() -> dict[str, Any] | None:
+    """The options of the current installation, or ``None``."""
+    if "stock" not in _installed:
+        return None
+    return {k: v for k, v in _installed.items() if k != "stock"}
+
+
+def register() -> None:
+    """vLLM general-plugin entry point: install when ``KVPOOL_VLLM_BACKEND`` is set."""
+    backend = os.environ.get("KVPOOL_VLLM_BACKEND", "").strip()
+    if not backend:
+        return
+    install(backend,
+            policy=os.environ.get("KVPOOL_VLLM_POLICY", "auto").strip() or "auto",
+            on_unsupported=os.environ.get("KVPOOL_VLLM_ON_UNSUPPORTED", "error").strip()
+            or "error")
+
+
+__all__ = ["BACKENDS", "POLICIES", "install", "installed", "register", "uninstall"]

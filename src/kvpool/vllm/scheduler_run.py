@@ -1,0 +1,419 @@
+"""vLLM's real ``Scheduler`` on the CPU, driven by a fake model: the conformance and the
+benchmark of the drop-in share this driver.
+
+It needs an importable vLLM (the kit venvs of ``../shared/vllm-kit`` with
+``tools/vllm_side_deps.sh``) and no GPU: the scheduler is built offline from a local
+``config.json`` of a tiny Llama (written to a temporary directory; ``HF_HUB_OFFLINE=1``), a
+``KVCacheConfig`` with no tensors, and ``DeviceConfig(device="cpu")``. The fake model runner
+answers each ``SchedulerOutput`` as a real one would: a request whose scheduled tokens reach
+its end samples its next output token (taken from the workload, so both managers see the
+same tokens); a partial prefill chunk samples nothing; with speculative decoding the drafts
+proposed for the next step are the true next tokens with a deterministic number of them
+corrupted, so some are accepted and some rejected.
+
+:func:`run` replays one :class:`Workload` with vLLM's own manager (``manager="vllm"``) or
+kvpool's (``"kvpool"``, through :func:`kvpool.vllm.install`) and returns each step's
+decisions (:func:`step_record`) plus, optionally, CPU times: the whole scheduler step
+(``schedule`` + ``update_from_output``) and the KV manager's share of it, counted at its
+outermost public calls only (a manager method calling another is not counted twice).
+
+Run as a program (``python -m kvpool.vllm.scheduler_run``) it reads one JSON command per
+line on stdin and answers one JSON line each; the conformance tier and ``kvpool bench
+--vllm-scheduler`` drive it that way from kvpool's own venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+MODELS = ("full", "full+swa", "full+mamba")
+
+_TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "vocab_size": 32000, "max_position_embeddings": 65536,
+    "rms_norm_eps": 1e-5, "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The engine: pool size, batch limits, model family, features."""
+
+    num_blocks: int = 20_000
+    block_size: int = 16
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    enable_prefix_caching: bool = True
+    model: str = "full"
+    sliding_window: int = 1024
+    num_speculative_tokens: int = 0
+    kv_events: bool = True
+    log_stats: bool = True
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests (id, prompt, outputs), all arriving at step 0, plus scripted interventions:
+    every ``abort_every`` steps one waiting and one running request are aborted
+    (``finish_requests``); at each step of ``reset_at`` the prefix cache is reset."""
+
+    name: str
+    requests: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+    abort_every: int = 0
+    reset_at: tuple[int, ...] = ()
+
+
+def chat_workload(kit: str | None = None, num_requests: int | None = None,
+                  **interventions: Any) -> Workload:
+    """The vLLM kit's chat trace (``gen_trace.make_trace``: 2,000 requests, 64 outputs)."""
+    from kvpool.bench.vs_vllm import default_kit, load_kit_trace
+
+    kit = kit or default_kit()
+    if kit is None:
+        raise FileNotFoundError("no vLLM kit: set KVPOOL_VLLM_KIT to ../shared/vllm-kit")
+    trace = load_kit_trace(kit)[: num_requests or None]
+    requests = tuple((f"r{rid}", tuple(p), tuple(o)) for rid, _, p, o in trace)
+    name = "chat" if not interventions else "chat+" + "+".join(sorted(interventions))
+    return Workload(name, requests, **interventions)
+
+
+# -- building the engine ------------------------------------------------------------------
+
+def _model_dir() -> str:
+    path = os.path.join(tempfile.gettempdir(), "kvpool-vllm-tiny-llama")
+    os.makedirs(path, exist_ok=True)
+    config = os.path.join(path, "config.json")
+    if not os.path.exists(config):
+        with open(config, "w") as f:
+            json.dump(_TINY_LLAMA, f)
+    return path
+
+
+def _kv_cache_groups(setup: Setup) -> list[Any]:
+    import torch
+    from vllm.v1 import kv_cache_interface as vi
+
+    attn = dict(block_size=setup.block_size, num_kv_heads=2, head_size=16, dtype=torch.float16)
+    full = vi.KVCacheGroupSpec(["layers.0"], vi.FullAttentionSpec(**attn))
+    if setup.model == "full":
+        return [full]
+    if setup.model == "full+swa":
+        return [full, vi.KVCacheGroupSpec(
+            ["layers.1"], vi.SlidingWindowSpec(sliding_window=setup.sliding_window, **attn))]
+    if setup.model == "full+mamba":
+        mamba = vi.MambaSpec(block_size=setup.block_size, shapes=((1,),),
+                             dtypes=(torch.float16,), mamba_cache_mode="align")
+        return [full, vi.KVCacheGroupSpec(["layers.1"], mamba)]
+    raise ValueError(f"model must be one of {MODELS}, got {setup.model!r}")
+
+
+def build_scheduler(setup: Setup) -> Any:
+    """vLLM's ``Scheduler`` for ``setup``, offline, on the CPU."""
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVEventsConfig,
+        ModelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(model=_model_dir(), skip_tokenizer_init=True,
+                        max_model_len=setup.max_model_len)
+    cache = CacheConfig(block_size=setup.block_size,
+                        enable_prefix_caching=setup.enable_prefix_caching)
+    if setup.model == "full+mamba":
+        cache.mamba_cache_mode = "align"
+    cache.num_gpu_blocks = setup.num_blocks
+    scheduler = SchedulerConfig(max_num_seqs=setup.max_num_seqs,
+                                max_num_batched_tokens=setup.max_num_batched_tokens,
+                                max_model_len=setup.max_model_len, is_encoder_decoder=False)
+    extra: dict[str, Any] = {}
+    if setup.num_speculative_tokens:
+        extra["speculative_config"] = SpeculativeConfig(
+            method="ngram", num_speculative_tokens=setup.num_speculative_tokens,
+            prompt_lookup_max=4, prompt_lookup_min=2)
+    if setup.kv_events:
+        extra["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True,
+                                                   publisher="null")
+    config = VllmConfig(model_config=model, cache_config=cache, scheduler_config=scheduler,
+                        device_config=DeviceConfig(device="cpu"), **extra)
+    kv_config = KVCacheConfig(num_blocks=setup.num_blocks, kv_cache_tensors=[],
+                              kv_cache_groups=_kv_cache_groups(setup))
+    return Scheduler(config, kv_config, structured_output_manager=StructuredOutputManager(config),
+                     block_size=setup.block_size, log_stats=setup.log_stats)
+
+
+# -- the fake model -----------------------------------------------------------------------
+
+class _Recorder:
+    """Stands in for vLLM's event publisher: keeps every published event."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def publish(self, batch: Any) -> None:
+        self.events.extend(batch.events)
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _event_tuple(event: Any) -> tuple[Any, ...]:
+    fields = getattr(event, "__struct_fields__", ())
+    return (type(event).__name__, *(_plain(getattr(event, f)) for f in fields))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value
+
+
+def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
+    """One step's decisions, as plain JSON values (what the conformance compares)."""
+    cached = output.scheduled_cached_reqs
+    new_blocks = {r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
+    for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
+        new_blocks[rid] = None if ids is None else [list(g) for g in ids]
+    return {
+        "scheduled": sorted(output.num_scheduled_tokens.items()),
+        "new_block_ids": sorted(new_blocks.items()),
+        "resumed": sorted(getattr(cached, "resumed_req_ids", ()) or ()),
+        "preempted": sorted(output.preempted_req_ids or ()),
+        "finished": sorted(output.finished_req_ids),
+        "common_prefix_blocks": list(output.num_common_prefix_blocks),
+        "spec_tokens": sorted((k, list(v)) for k, v in
+                              output.scheduled_spec_decode_tokens.items()),
+        "events": [_event_tuple(e) for e in events],
+    }
+
+
+def digest(records: Sequence[dict[str, Any]]) -> str:
+    """One hash of a run's decisions (the benchmark's check that both sides decided alike)."""
+    h = hashlib.sha256()
+    for record in records:
+        h.update(json.dumps(record, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+class _ManagerClock:
+    """CPU time inside the KV manager's public methods, outermost calls only."""
+
+    METHODS = ("get_computed_blocks", "allocate_slots", "free", "pop_blocks_for_free",
+               "get_num_common_prefix_blocks", "take_events", "get_blocks", "get_block_ids",
+               "make_prefix_cache_stats", "new_step_starts", "take_new_block_ids",
+               "cache_blocks", "reset_prefix_cache", "evict_blocks", "remove_skipped_blocks",
+               "get_block_ids_for_computed_tokens", "create_kv_cache_blocks")
+
+    def __init__(self, manager: Any) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        depth = [0]
+        clock = time.thread_time
+
+        def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                if depth[0]:
+                    return method(*args, **kwargs)
+                depth[0] = 1
+                began = clock()
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    self.seconds += clock() - began
+                    self.calls += 1
+                    depth[0] = 0
+            return timed
+
+        for name in self.METHODS:
+            method = getattr(manager, name, None)
+            if method is not None:
+                setattr(manager, name, wrap(method))
+
+
+def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str = "fast",
+        policy: str = "auto", record: bool = True, timing: bool = False,
+        max_steps: int = 100_000) -> dict[str, Any]:
+    """Replay ``workload`` through vLLM's scheduler with ``manager`` (module docstring)."""
+    import gc
+
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.request import Request, RequestStatus
+
+    import kvpool.vllm as dropin
+
+    if manager == "kvpool":
+        dropin.install(backend, policy=policy)
+    elif manager == "vllm":
+        dropin.uninstall()
+    else:
+        raise ValueError(f"manager must be 'vllm' or 'kvpool', got {manager!r}")
+    scheduler = build_scheduler(setup)
+    recorder = _Recorder()
+    scheduler.kv_event_publisher = recorder
+    clock = _ManagerClock(scheduler.kv_cache_manager) if timing else None
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(setup.block_size, sha256)
+    outputs = {rid: out for rid, _, out in workload.requests}
+    params: dict[int, Any] = {}
+    for rid, prompt, out in workload.requests:
+        sampling = params.setdefault(len(out), SamplingParams(max_tokens=len(out),
+                                                              ignore_eos=True))
+        scheduler.add_request(Request(request_id=rid, prompt_token_ids=list(prompt),
+                                      sampling_params=sampling, pooling_params=None,
+                                      block_hasher=hasher))
+    records: list[dict[str, Any]] = []
+    k = setup.num_speculative_tokens
+    step = 0
+    step_seconds = 0.0
+    first_step_s = 0.0
+    gc.collect()
+    while scheduler.has_unfinished_requests() and step < max_steps:
+        if workload.abort_every and step and step % workload.abort_every == 0:
+            waiting = [r.request_id for r in scheduler.waiting][:1]
+            running = [r.request_id for r in scheduler.running][-1:]
+            scheduler.finish_requests(waiting + running, RequestStatus.FINISHED_ABORTED)
+        if step in workload.reset_at:
+            scheduler.reset_prefix_cache(reset_running_requests=True)
+        began = time.thread_time()
+        output = scheduler.schedule()
+        ids = list(output.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in ids:
+            request = scheduler.requests[rid]
+            if request.num_computed_tokens < request.num_tokens:
+                sampled.append([])  # a prefill chunk that does not reach the end
+                continue
+            have = request.num_output_tokens
+            drafts = output.scheduled_spec_decode_tokens.get(rid, ())
+            accepted = 0
+            for j, token in enumerate(drafts):
+                if have + j >= len(outputs[rid]) or token != outputs[rid][have + j]:
+                    break
+                accepted += 1
+            sampled.append(list(outputs[rid][have: have + accepted + 1]))
+        result = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
+                                                                  enumerate(ids)},
+                                   sampled_token_ids=sampled)
+        scheduler.update_from_output(output, result)
+        if k:
+            proposals = []
+            for request in scheduler.running:
+                rid = request.request_id
+                have = request.num_output_tokens
+                true = list(outputs[rid][have: have + k])
+                wrong = (sum(map(ord, rid)) + step) % (k + 1)  # drafts after it are wrong
+                proposals.append(true[:wrong] + [t + 1 for t in true[wrong:]])
+            scheduler.update_draft_token_ids(DraftTokenIds(
+                [r.request_id for r in scheduler.running], proposals))
+        spent = time.thread_time() - began
+        step_seconds += spent
+        if step == 0:
+            first_step_s = spent
+        if record:
+            records.append(step_record(output, recorder.events))
+        recorder.events.clear()
+        step += 1
+    result_dict: dict[str, Any] = {
+        "workload": workload.name, "setup": asdict(setup), "manager": manager,
+        "backend": backend if manager == "kvpool" else None,
+        "steps": step, "digest": digest(records) if record else None,
+        "manager_repr": repr(scheduler.kv_cache_manager),
+    }
+    if record:
+        result_dict["records"] = records
+    if timing:
+        assert clock is not None
+        result_dict.update(scheduler_cpu_s=step_seconds, manager_cpu_s=clock.seconds,
+                           manager_calls=clock.calls, first_step_cpu_s=first_step_s)
+    return result_dict
+
+
+def first_difference(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> str | None:
+    """Where two runs' records first differ, in words; ``None`` when they are equal."""
+    for step, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            keys = [key for key in x if x[key] != y.get(key)]
+            key = keys[0]
+            return f"step {step}, {key}: {str(x[key])[:600]} != {str(y[key])[:600]}"
+    if len(a) != len(b):
+        return f"one run has {len(a)} steps, the other {len(b)}"
+    return None
+
+
+def compare(setup: Setup, workload: Workload, backends: Sequence[str],
+            policy: str = "auto") -> dict[str, Any]:
+    """vLLM's manager, then kvpool's on each backend, over one workload: steps, digests and
+    the first difference of each kvpool run from vLLM's (``None`` when identical)."""
+    stock = run(setup, workload, manager="vllm")
+    out: dict[str, Any] = {"workload": workload.name, "setup": asdict(setup),
+                           "steps": stock["steps"], "digest": stock["digest"], "runs": {}}
+    for backend in backends:
+        ours = run(setup, workload, manager="kvpool", backend=backend, policy=policy)
+        out["runs"][backend] = {
+            "steps": ours["steps"], "digest": ours["digest"],
+            "manager": ours["manager_repr"],
+            "difference": first_difference(stock["records"], ours["records"])}
+    return out
+
+
+def _workload(spec: dict[str, Any]) -> Workload:
+    spec = dict(spec)
+    return chat_workload(spec.pop("kit", None), spec.pop("num_requests", None),
+                         **{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+
+
+def main() -> int:
+    """Serve JSON commands on stdin, one answer line each: ``{"compare": [backends],
+    "setup": {...}, "workload": {...}}`` (:func:`compare`), or ``{"setup": ..., "workload":
+    ..., "manager": ..., "backend": ..., "policy": ..., "record": bool, "timing": bool}``
+    (:func:`run`; with ``"install_only"`` the seconds :func:`kvpool.vllm.install` took)."""
+    for line in sys.stdin:
+        command = json.loads(line)
+        setup = Setup(**command.get("setup", {}))
+        if command.get("install_only"):
+            import kvpool.vllm as dropin
+
+            began = time.perf_counter()
+            dropin.install(command.get("backend", "fast"))
+            print(json.dumps({"install_s": time.perf_counter() - began}), flush=True)
+            continue
+        workload = _workload(command.get("workload", {}))
+        if "compare" in command:
+            answer = compare(setup, workload, command["compare"], command.get("policy", "auto"))
+        else:
+            answer = run(setup, workload, manager=command.get("manager", "vllm"),
+                         backend=command.get("backend", "fast"),
+                         policy=command.get("policy", "auto"),
+                         record=command.get("record", True),
+                         timing=command.get("timing", False))
+        print(json.dumps(answer), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The drop-in's parts that need no vLLM: converting vLLM's configuration (read by attribute,
+so stand-in objects named like vLLM's classes serve), the policy choice, and the plugin's
+switch. The scheduler itself runs in the optional tier (test_scheduler_conformance.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+import kvpool.vllm as dropin
+from kvpool.errors import InvalidConfig
+from kvpool.policy import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheManager,
+    MambaSpec,
+    SlidingWindowSpec,
+    make_kv_cache_manager,
+)
+from kvpool.policy import specs as kv
+from kvpool.policy.fast import FastKVCacheManager, fast_policy_refusal
+from kvpool.vllm.config import SUPPORTED_SPECS, UnsupportedConfig
+
+
+def vllm_class(name: str, **defaults: object) -> type:
+    """A frozen dataclass named like one of vLLM's spec classes (equality by fields)."""
+    fields = {"block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype": "float16",
+              **defaults}
+    ns = {"__annotations__": {k: object for k in fields}}
+    ns.update({k: field(default=v) for k, v in fields.items()})
+    return dataclass(frozen=True)(type(name, (), ns))
+
+
+@dataclass
+class Group:
+    kv_cache_spec: object
+    layer_names: list = field(default_factory=lambda: ["layers.0"])
+    is_eagle_group: bool = False
+
+
+@dataclass
+class Config:
+    num_blocks: int
+    kv_cache_groups: list
+
+
+Full = vllm_class("FullAttentionSpec")
+SWA = vllm_class("SlidingWindowSpec", sliding_window=128)
+Mamba = vllm_class("MambaSpec", shapes=((4,),), dtypes=("float16",), mamba_type="mamba2",
+                   mamba_cache_mode="align", num_speculative_blocks=0)
+Chunked = vllm_class("ChunkedLocalAttentionSpec", attention_chunk_size=64)
+RSWA = vllm_class("RSWASpec", rswa_window=256)
+Sink = vllm_class("SinkFullAttentionSpec", sink_len=32)
+Encoder = vllm_class("EncoderOnlyAttentionSpec")
+
+
+def test_each_vllm_spec_converts_to_the_kvpool_spec_of_its_manager_family() -> None:
+    assert dropin.convert_spec(Full()) == FullAttentionSpec(block_size=16, num_kv_heads=2,
+                                                           head_size=64)
+    assert dropin.convert_spec(SWA()) == SlidingWindowSpec(block_size=16, num_kv_heads=2,
+                                                          head_size=64, sliding_window=128)
+    mamba = dropin.convert_spec(Mamba())
+    assert isinstance(mamba, MambaSpec) and mamba.mamba_cache_mode == "align"
+    assert dropin.convert_spec(Chunked()).attention_chunk_size == 64
+    assert dropin.convert_spec(RSWA()) == kv.RSWASpec(block_size=16, num_kv_heads=2,
+                                                      head_size=64, rswa_window=256)
+    assert dropin.convert_spec(Sink()).sink_len == 32
+    assert {"FullAttentionSpec", "MLAAttentionSpec", "MambaSpec", "CrossAttentionSpec",
+            "CircularBufferSpec", "SlidingWindowSpec"} <= set(SUPPORTED_SPECS)
+
+
+def test_a_spec_class_kvpool_has_no_manager_for_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedConfig, match="EncoderOnlyAttentionSpec"):
+        dropin.convert_spec(Encoder())
+    with pytest.raises(UnsupportedConfig, match="does not convert"):
+        dropin.convert_spec(Sink(sink_len=20))  # not a multiple of the block size
+    assert issubclass(UnsupportedConfig, InvalidConfig) and issubclass(UnsupportedConfig,
+                                                                       ValueError)
+
+
+def test_groups_keep_their_order_eagle_marks_and_vllms_spec_equalities() -> None:
+    config = Config(100, [Group(Full()), Group(SWA(), ["layers.1"], is_eagle_group=True)])
+    converted = dropin.convert_kv_cache_config(config)
+    assert converted.num_blocks == 100
+    assert [type(g.kv_cache_spec) for g in converted.kv_cache_groups] == \
+        [FullAttentionSpec, SlidingWindowSpec]
+    assert [g.is_eagle_group for g in converted.kv_cache_groups] == [False, True]
+    # Two Mamba specs that vLLM tells apart by their state shapes stay apart.
+    two = dropin.convert_kv_cache_config(
+        Config(100, [Group(Full()), Group(Mamba()), Group(Mamba(shapes=((8,),)))]))
+    assert two.kv_cache_groups[1].kv_cache_spec != two.kv_cache_groups[2].kv_cache_spec
+
+
+def test_specs_that_vllm_tells_apart_but_kvpool_cannot_are_refused() -> None:
+    """Equal kvpool specs are looked up together: merging two groups vLLM keeps apart
+    would change every hybrid lookup."""
+    config = Config(100, [Group(Full()), Group(Full(dtype="float8")), Group(SWA())])
+    with pytest.raises(UnsupportedConfig, match=r"kv_cache_groups\[0\] and \[1\]"):
+        dropin.convert_kv_cache_config(config)
+
+
+FULL = KVCacheConfig(64, (KVCacheGroupSpec(FullAttentionSpec(block_size=16)),))
+HYBRID = KVCacheConfig(64, (KVCacheGroupSpec(FullAttentionSpec(block_size=16)),
+                            KVCacheGroupSpec(SlidingWindowSpec(block_size=16,
+                                                               sliding_window=32))))
+
+
+def test_auto_picks_the_fast_policy_where_it_serves_and_says_so() -> None:
+    fast = make_kv_cache_manager(FULL, 1024, 16, 16, backend="fast")
+    assert isinstance(fast, FastKVCacheManager) and "policy=fast" in repr(fast)
+    for config, backend in ((HYBRID, "fast"), (FULL, "reference")):
+        generic = make_kv_cache_manager(config, 1024, 16, 16, backend=backend)
+        assert type(generic) is KVCacheManager
+    assert type(make_kv_cache_manager(FULL, 1024, 16, 16, backend="fast",
+                                      policy="generic")) is KVCacheManager
+
+
+def test_the_fast_policy_says_why_it_does_not_serve() -> None:
+    assert fast_policy_refusal(FULL, 1024, 16, 16, backend="fast") is None
+    assert "2 KV cache groups" in fast_policy_refusal(HYBRID, 1024, 16, 16, backend="fast")
+    assert "backend 'reference'" in fast_policy_refusal(FULL, 1024, 16, 16,
+                                                        backend="reference")
+    with pytest.raises(InvalidConfig, match="does not serve"):
+        make_kv_cache_manager(HYBRID, 1024, 16, 16, backend="fast", policy="fast")
+    with pytest.raises(InvalidConfig, match="policy must be one of"):
+        make_kv_cache_manager(FULL, 1024, 16, 16, backend="fast", policy="quick")
+
+
+def test_the_plugin_does_nothing_unless_the_switch_is_set(monkeypatch) -> None:
+    monkeypatch.delenv("KVPOOL_VLLM_BACKEND", raising=False)
+    dropin.register()  # must not even import vLLM
+    assert dropin.installed() is None
+    monkeypatch.setenv("KVPOOL_VLLM_BACKEND", "turbo")
+    with pytest.raises(InvalidConfig, match="backend must be one of"):
+        dropin.register()
+
+
+def test_the_plugin_is_declared_for_vllm() -> None:
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml")
+                            .read_text())["project"]
+    assert project["entry-points"]["vllm.general_plugins"] == {
+        "kvpool": "kvpool.vllm:register"}
+
+
+def test_importing_the_drop_in_does_not_import_vllm() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys, kvpool.vllm; "
+                          "print('vllm' in sys.modules)"], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+

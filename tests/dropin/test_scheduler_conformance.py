@@ -1,0 +1,114 @@
+"""Optional tier: vLLM's real ``Scheduler`` makes the same decisions with kvpool's manager.
+
+Skipped unless a vLLM kit's python is named (``../shared/vllm-kit``, then
+``tools/vllm_side_deps.sh`` for kvpool's dependencies beside it)::
+
+    KVPOOL_VLLM025_PYTHON=/tmp/anchors/vllm025/venv/bin/python \\
+    KVPOOL_VLLM033_PYTHON=/tmp/anchors/vllm033/venv/bin/python \\
+    .venv/bin/python -m pytest -q tests/vllm
+
+For each workload the driver (:mod:`kvpool.vllm.scheduler_run`) replays the kit's chat trace
+through vLLM's scheduler with a fake model, once with vLLM's own ``KVCacheManager`` and once
+per kvpool backend through :func:`kvpool.vllm.install`, and compares every step: tokens
+scheduled per request, new block ids per group, resumed, preempted and finished requests,
+common prefix blocks, speculative tokens, and every KV event. No difference is tolerated.
+``KVPOOL_VLLM_KIT`` points at the kit (default ``../shared/vllm-kit`` beside the checkout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = os.environ.get("KVPOOL_VLLM_KIT", str(ROOT.parent / "shared" / "vllm-kit"))
+PYTHONS = {v: os.environ.get(f"KVPOOL_VLLM{v}_PYTHON") for v in ("025", "033")}
+
+
+def kit_env(python: str) -> dict[str, str]:
+    kit = Path(os.path.abspath(python)).parents[2]  # <kit>/venv/bin/python, not resolved
+    paths = [str(ROOT / "src"), str(kit / "kvpool-deps")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "VLLM_LOGGING_LEVEL": "ERROR",
+            "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0", "KVPOOL_VLLM_KIT": KIT,
+            # Numba's cache is per numba version: the kit's own, not the checkout's.
+            "NUMBA_CACHE_DIR": str(kit / "numba-cache")}
+
+
+def ask(python: str, commands: list[dict]) -> list[dict]:
+    """Run the driver in the kit's python; one answer per command."""
+    done = subprocess.run(
+        [python, "-m", "kvpool.vllm.scheduler_run"], input="".join(
+            json.dumps(c) + "\n" for c in commands), capture_output=True, text=True,
+        env=kit_env(python), timeout=3600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def need(version: str) -> str:
+    python = PYTHONS[version]
+    if not python:
+        pytest.skip(f"set KVPOOL_VLLM{version}_PYTHON to a vLLM kit's python "
+                    f"(../shared/vllm-kit, then tools/vllm_side_deps.sh)")
+    return python
+
+
+# (id, setup, workload, backends). Sizes keep the tier to a few minutes per kit.
+WORKLOADS = [
+    ("chat", {}, {}, ["fast", "reference"]),
+    ("preemptions", {"num_blocks": 1500}, {"num_requests": 300}, ["fast", "reference"]),
+    ("aborts", {}, {"num_requests": 400, "abort_every": 7}, ["fast", "reference"]),
+    ("prefix-reset", {}, {"num_requests": 300, "reset_at": [40, 120]},
+     ["fast", "reference"]),
+    ("ngram-spec-decode", {"num_speculative_tokens": 3}, {"num_requests": 300},
+     ["fast", "reference"]),
+    ("full+swa", {"model": "full+swa", "num_blocks": 4000}, {"num_requests": 300},
+     ["fast", "reference"]),
+    ("full+mamba", {"model": "full+mamba", "num_blocks": 4000}, {"num_requests": 300},
+     ["fast", "reference"]),
+    ("spec-backend", {}, {"num_requests": 60}, ["spec"]),
+]
+
+
+def test_vllm_025_schedules_identically_with_kvpools_manager() -> None:
+    python = need("025")
+    commands = [{"compare": backends, "setup": setup, "workload": workload}
+                for _, setup, workload, backends in WORKLOADS]
+    answers = ask(python, commands)
+    assert len(answers) == len(WORKLOADS)
+    differences = []
+    for (name, *_), answer in zip(WORKLOADS, answers, strict=True):
+        assert answer["steps"] > 0
+        for backend, result in answer["runs"].items():
+            assert result["steps"] == answer["steps"], (name, backend)
+            if result["difference"] is not None or result["digest"] != answer["digest"]:
+                differences.append(f"{name} [{backend}]: {result['difference']}")
+    assert not differences, "\n".join(differences)
+
+
+def test_vllm_025_picks_the_fast_policy_for_a_full_attention_model() -> None:
+    python = need("025")
+    answer = ask(python, [{"manager": "kvpool", "backend": "fast", "record": False,
+                           "workload": {"num_requests": 20}}])[0]
+    assert answer["manager_repr"].startswith("KvpoolKVCacheManager(FastKVCacheManager(")
+
+
+def test_vllm_033_is_refused_at_install_and_fallback_keeps_vllms_manager() -> None:
+    """The drop-in implements vLLM 0.25's scheduler contract; vLLM 0.33's manager interface
+    differs (get_computed_blocks returns three values, new calls). Refused, never wrong."""
+    python = need("033")
+    script = (
+        "import kvpool.vllm as d\n"
+        "try:\n    d.install('fast')\nexcept d.UnsupportedConfig as e:\n    print('refused', e)\n"
+        "d.install('fast', on_unsupported='fallback')\n"
+        "from vllm.v1.core.sched import scheduler as s\n"
+        "print('stock', s.KVCacheManager.__module__)\n")
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True,
+                          env=kit_env(python), timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused kvpool's drop-in implements the scheduler contract of vLLM 0.25" in \
+        done.stdout
+    assert "stock vllm.v1.core.kv_cache_manager" in done.stdout
