@@ -56,37 +56,44 @@ def need(version: str) -> str:
     return python
 
 
-# (id, setup, workload, backends). Sizes keep the tier to a few minutes per kit.
+# (id, setup, workload, backends, what the run must exercise). Sizes keep the tier to a few
+# minutes per kit.
 WORKLOADS = [
-    ("chat", {}, {}, ["fast", "reference"]),
-    ("preemptions", {"num_blocks": 1500}, {"num_requests": 300}, ["fast", "reference"]),
-    ("aborts", {}, {"num_requests": 400, "abort_every": 7}, ["fast", "reference"]),
+    ("chat", {}, {}, ["fast", "reference"], {"BlockStored": 1000, "BlockRemoved": 1000}),
+    ("preemptions", {"num_blocks": 1500}, {"num_requests": 300}, ["fast", "reference"],
+     {"preempted": 10, "resumed": 10}),
+    ("aborts", {}, {"num_requests": 400, "abort_every": 7}, ["fast", "reference"],
+     {"aborted_waiting": 20, "aborted_running": 20}),
     ("prefix-reset", {}, {"num_requests": 300, "reset_at": [40, 120]},
-     ["fast", "reference"]),
+     ["fast", "reference"], {"resets": 2, "AllBlocksCleared": 2, "preempted": 60}),
     ("ngram-spec-decode", {"num_speculative_tokens": 3}, {"num_requests": 300},
-     ["fast", "reference"]),
+     ["fast", "reference"], {"spec_tokens": 1000}),
     ("full+swa", {"model": "full+swa", "num_blocks": 4000}, {"num_requests": 300},
-     ["fast", "reference"]),
+     ["fast", "reference"], {"BlockStored": 100, "BlockRemoved": 100}),
     ("full+mamba", {"model": "full+mamba", "num_blocks": 4000}, {"num_requests": 300},
-     ["fast", "reference"]),
-    ("spec-backend", {}, {"num_requests": 60}, ["spec"]),
+     ["fast", "reference"], {"BlockStored": 100}),
+    ("spec-backend", {}, {"num_requests": 60}, ["spec"], {"BlockStored": 10}),
 ]
 
 
 def test_vllm_025_schedules_identically_with_kvpools_manager() -> None:
     python = need("025")
     commands = [{"compare": backends, "setup": setup, "workload": workload}
-                for _, setup, workload, backends in WORKLOADS]
+                for _, setup, workload, backends, _ in WORKLOADS]
     answers = ask(python, commands)
     assert len(answers) == len(WORKLOADS)
     differences = []
-    for (name, *_), answer in zip(WORKLOADS, answers, strict=True):
+    for (name, *_, exercised), answer in zip(WORKLOADS, answers, strict=True):
         assert answer["steps"] > 0
+        for what, least in exercised.items():  # the workload tests what it claims to
+            assert answer["counts"].get(what, 0) >= least, (name, what, answer["counts"])
         for backend, result in answer["runs"].items():
             assert result["steps"] == answer["steps"], (name, backend)
             if result["difference"] is not None or result["digest"] != answer["digest"]:
                 differences.append(f"{name} [{backend}]: {result['difference']}")
     assert not differences, "\n".join(differences)
+    print(json.dumps({name: answer["counts"] for (name, *_), answer in
+                      zip(WORKLOADS, answers, strict=True)}))
 
 
 def test_vllm_025_picks_the_fast_policy_for_a_full_attention_model() -> None:

@@ -36,6 +36,7 @@ from kvpool.policy.specs import FullAttentionSpec, KVCacheConfig, MLAAttentionSp
 
 _SERVED_SPECS = (FullAttentionSpec, MLAAttentionSpec)
 _INT = {int}
+_ZERO = 0  # the default of the scheduler's count arguments, tested by identity
 _SIGNATURE = inspect.signature(KVCacheManager.__init__)
 
 
@@ -122,8 +123,77 @@ class FastKVCacheManager(KVCacheManager):
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
     ) -> Any:
-        """A running request's step or a plain admission here; anything else (connector
-        loads, the admission gate, every call that must be refused) in the generic policy."""
+        """A running request's step (inline, below) or a plain admission
+        (:meth:`_allocate`); anything else — connector loads, the admission gate, every
+        call that must be refused — in the generic policy."""
+        rid = request.request_id
+        seen = self._live.get(rid)
+        # The step of a running request with the scheduler's usual arguments: the defaults
+        # are tested by identity (the int 0 is one object), so anything else — a float, a
+        # numpy int, hits — takes the checked path.
+        if (seen is None or new_computed_blocks is not None
+                or num_new_computed_tokens is not _ZERO
+                or num_external_computed_tokens is not _ZERO
+                or num_encoder_tokens is not _ZERO or reserved_blocks is not _ZERO
+                or full_sequence_must_fit is not False
+                or num_new_tokens.__class__ is not int
+                or num_lookahead_tokens.__class__ is not int):
+            return self._allocate(
+                request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+                num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
+                has_scheduled_reqs)
+        computed = request.num_computed_tokens
+        num_tokens = request.num_tokens
+        if (computed.__class__ is not int or computed < seen[1] or num_tokens < seen[0]
+                or num_new_tokens <= 0 or num_lookahead_tokens < 0):
+            return self._generic_allocate_slots(  # refused there, with its message
+                request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+                num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+                num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
+                has_scheduled_reqs)
+        max_len = self.max_model_len
+        main = (computed if computed < max_len else max_len) + num_new_tokens
+        need = main + num_lookahead_tokens
+        if need > max_len:
+            need = max_len
+        bs = self._block_size
+        table = self._tables[rid]
+        num_new = -(-need // bs) - len(table)
+        if num_new <= 0:
+            watermark = self.watermark_blocks
+            if watermark and has_scheduled_reqs and request.status in \
+                    self.watermark_statuses and watermark > self.block_pool.get_num_free_blocks():
+                return None
+            self._live[rid] = (num_tokens, computed)
+            if self.enable_caching and not delay_cache_blocks:
+                num_full = (main if main < num_tokens else num_tokens) // bs
+                num_cached = self._num_cached.get(rid, 0)
+                if num_full > num_cached:
+                    self.block_pool.cache_full_blocks(request, table, num_cached, num_full,
+                                                      bs, 0)
+                    self._num_cached[rid] = num_full
+            return self.empty_kv_cache_blocks
+        return self._allocate(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+            num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+            num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
+
+    def _allocate(
+        self,
+        request: Any,
+        num_new_tokens: int,
+        num_new_computed_tokens: int,
+        new_computed_blocks: Any,
+        num_lookahead_tokens: int,
+        num_external_computed_tokens: int,
+        delay_cache_blocks: bool,
+        num_encoder_tokens: int,
+        full_sequence_must_fit: bool,
+        reserved_blocks: int,
+        has_scheduled_reqs: bool,
+    ) -> Any:
+        """A step that allocates, or a plain admission; the rest in the generic policy."""
         rid = request.request_id
         seen = self._live.get(rid)
         computed = request.num_computed_tokens
@@ -176,11 +246,15 @@ class FastKVCacheManager(KVCacheManager):
             watermark = self.watermark_blocks
         pool = self.block_pool
         # The budget; hits that are free cached candidates leave the free count when
-        # touched. The free count is only read when something could exceed it.
-        evictable = self._num_evictable(hits) if hits else 0
-        if (num_new or watermark or reserved_blocks or evictable) and \
-                num_new + evictable + watermark > pool.get_num_free_blocks() - reserved_blocks:
-            return None
+        # touched. Counting them costs more than the rest of the check, so they are only
+        # counted when the allocation would not fit even if every hit were one.
+        if num_new or watermark or reserved_blocks or hits:
+            available = pool.get_num_free_blocks() - reserved_blocks
+            wanted = num_new + watermark
+            if hits and wanted + len(hits) > available:
+                wanted += self._num_evictable(hits)
+            if wanted > available:
+                return None
         if hits is not None:  # install the hits: a ref each, counted as cached
             if hits and self.enable_caching:
                 pool.touch(hits)

@@ -218,7 +218,14 @@ def digest(records: Sequence[dict[str, Any]]) -> str:
 
 
 class _ManagerClock:
-    """CPU time inside the KV manager's public methods, outermost calls only."""
+    """Time inside the KV manager's public methods, outermost calls only.
+
+    Each call is timed with ``perf_counter`` (a quarter of a microsecond per read here),
+    not ``thread_time``: the CPU clock is a system call that costs 2–3 µs per read on
+    these machines, and a call-by-call CPU clock would add that to every one of the ~140k
+    calls of a replay, on both sides, squeezing the ratio toward 1. :func:`run` turns the
+    total into CPU time with the steps' own CPU/wall ratio (two reads of each clock per
+    step)."""
 
     METHODS = ("get_computed_blocks", "allocate_slots", "free", "pop_blocks_for_free",
                "get_num_common_prefix_blocks", "take_events", "get_blocks", "get_block_ids",
@@ -230,7 +237,7 @@ class _ManagerClock:
         self.seconds = 0.0
         self.calls = 0
         depth = [0]
-        clock = time.thread_time
+        clock = time.perf_counter
 
         def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             def timed(*args: Any, **kwargs: Any) -> Any:
@@ -289,17 +296,22 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     records: list[dict[str, Any]] = []
     k = setup.num_speculative_tokens
     step = 0
-    step_seconds = 0.0
+    step_seconds = step_wall = 0.0
     first_step_s = 0.0
+    interventions = {"aborted_waiting": 0, "aborted_running": 0, "resets": 0}
     gc.collect()
     while scheduler.has_unfinished_requests() and step < max_steps:
         if workload.abort_every and step and step % workload.abort_every == 0:
             waiting = [r.request_id for r in scheduler.waiting][:1]
             running = [r.request_id for r in scheduler.running][-1:]
             scheduler.finish_requests(waiting + running, RequestStatus.FINISHED_ABORTED)
+            interventions["aborted_waiting"] += len(waiting)
+            interventions["aborted_running"] += len(running)
         if step in workload.reset_at:
-            scheduler.reset_prefix_cache(reset_running_requests=True)
+            done = scheduler.reset_prefix_cache(reset_running_requests=True)
+            interventions["resets"] += bool(done)
         began = time.thread_time()
+        began_wall = time.perf_counter()
         output = scheduler.schedule()
         ids = list(output.num_scheduled_tokens)
         sampled: list[list[int]] = []
@@ -330,6 +342,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
                 proposals.append(true[:wrong] + [t + 1 for t in true[wrong:]])
             scheduler.update_draft_token_ids(DraftTokenIds(
                 [r.request_id for r in scheduler.running], proposals))
+        step_wall += time.perf_counter() - began_wall
         spent = time.thread_time() - began
         step_seconds += spent
         if step == 0:
@@ -342,13 +355,16 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         "workload": workload.name, "setup": asdict(setup), "manager": manager,
         "backend": backend if manager == "kvpool" else None,
         "steps": step, "digest": digest(records) if record else None,
-        "manager_repr": repr(scheduler.kv_cache_manager),
+        "manager_repr": repr(scheduler.kv_cache_manager), "interventions": interventions,
     }
     if record:
         result_dict["records"] = records
     if timing:
         assert clock is not None
-        result_dict.update(scheduler_cpu_s=step_seconds, manager_cpu_s=clock.seconds,
+        cpu_per_wall = step_seconds / step_wall if step_wall else 1.0
+        result_dict.update(scheduler_cpu_s=step_seconds, scheduler_wall_s=step_wall,
+                           manager_wall_s=clock.seconds,
+                           manager_cpu_s=clock.seconds * cpu_per_wall,
                            manager_calls=clock.calls, first_step_cpu_s=first_step_s)
     return result_dict
 
@@ -365,13 +381,33 @@ def first_difference(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -
     return None
 
 
+def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """What a run exercised: preemptions, finishes, draft tokens, events by type, ..."""
+    out = {"steps": len(records), "preempted": 0, "resumed": 0, "finished": 0,
+           "spec_tokens": 0, "new_blocks": 0, "steps_with_common_prefix": 0}
+    for record in records:
+        out["preempted"] += len(record["preempted"])
+        out["resumed"] += len(record["resumed"])
+        out["finished"] += len(record["finished"])
+        out["spec_tokens"] += sum(len(t) for _, t in record["spec_tokens"])
+        out["new_blocks"] += sum(len(g) for _, groups in record["new_block_ids"]
+                                 for g in groups or ())
+        out["steps_with_common_prefix"] += any(record["common_prefix_blocks"])
+        for event in record["events"]:
+            out[event[0]] = out.get(event[0], 0) + 1
+    return out
+
+
 def compare(setup: Setup, workload: Workload, backends: Sequence[str],
             policy: str = "auto") -> dict[str, Any]:
-    """vLLM's manager, then kvpool's on each backend, over one workload: steps, digests and
-    the first difference of each kvpool run from vLLM's (``None`` when identical)."""
+    """vLLM's manager, then kvpool's on each backend, over one workload: steps, digests,
+    what the run exercised (:func:`counts`) and the first difference of each kvpool run
+    from vLLM's (``None`` when identical)."""
     stock = run(setup, workload, manager="vllm")
     out: dict[str, Any] = {"workload": workload.name, "setup": asdict(setup),
-                           "steps": stock["steps"], "digest": stock["digest"], "runs": {}}
+                           "steps": stock["steps"], "digest": stock["digest"],
+                           "counts": {**counts(stock["records"]),
+                                      **stock["interventions"]}, "runs": {}}
     for backend in backends:
         ours = run(setup, workload, manager="kvpool", backend=backend, policy=policy)
         out["runs"][backend] = {
