@@ -380,6 +380,13 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                     return None
         return super().get_cached_block(block_hash, kv_cache_group_ids)
 
+    def ref_cnt(self, block_id: int) -> int:
+        """One block's ref count (what ``observe().ref_cnts([block_id])[0]`` says, without
+        building a list); :class:`InvalidBlockId` outside ``[0, num_gpu_blocks)``. O(1)."""
+        if type(block_id) is not int or not 0 <= block_id < self.num_gpu_blocks:
+            raise self._bad_id(block_id)
+        return int(self._st.blk[block_id, k.REF])
+
     def get_num_free_blocks(self) -> int:
         """Free blocks, cached candidates and unpinned blocks included. O(1)."""
         return self._meta.item(k.M_NUM_FREE)

@@ -118,6 +118,14 @@ class FastBatchVerbs:
         :func:`kvpool.batch.find_longest_cache_hit`. One kernel call. O(hits · groups)."""
         ids = kv_cache_group_ids
         groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else as_group_ids(ids)
+        lean = self._lean_lookup_buffer(block_hashes, groups_t, max_num_blocks)
+        if lean is not None:  # the common call: one group, a list of bytes of one width
+            buf, lens = lean
+            groups, out = self._lookup_arrays(groups_t, len(lens))  # type: ignore[attr-defined]
+            code = self._st.lookup(buf, lens, groups, out)
+            if code:
+                raise self._internal(code)  # type: ignore[attr-defined]
+            return out[:, : self._st.result()].tolist()
         hashes = batch.check_lookup_arguments(block_hashes, groups_t, max_num_blocks)
         if isinstance(hashes, np.ndarray):
             q, width = hashes.shape
@@ -131,6 +139,29 @@ class FastBatchVerbs:
         if code:
             raise self._internal(code)  # type: ignore[attr-defined]
         return out[:, : self._st.result()].tolist()
+
+    @staticmethod
+    def _lean_lookup_buffer(block_hashes: Any, groups: tuple[Any, ...],
+                            max_num_blocks: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The kernel's (buffer, lengths) for a lookup every check of
+        :func:`kvpool.batch.check_lookup_arguments` passes — one valid group, no limit, a
+        non-empty list of ``bytes`` of one width — in one pass of each kind (a packed
+        companion: none); ``None`` otherwise (the checked path then decides)."""
+        if (max_num_blocks is not None or len(groups) != 1 or type(groups[0]) is not int
+                or not 0 <= groups[0] <= MAX_GROUP_ID or type(block_hashes) not in _HASH_LISTS
+                or not block_hashes):
+            return None
+        n = len(block_hashes)
+        if type(block_hashes) is BlockHashList:
+            view = block_hashes.packed(n)
+            if view is not None:
+                return view, uniform_lens(n, block_hashes.width)
+        if set(map(type, block_hashes)) != _BYTES_ONLY:
+            return None
+        widths = set(map(len, block_hashes))
+        if len(widths) != 1:
+            return None
+        return np.frombuffer(b"".join(block_hashes), np.uint8), uniform_lens(n, widths.pop())
 
     def allocate_and_cache(self, request: Any, blocks: Sequence[object], num_new_blocks: int,
                            num_cached_blocks: int, num_full_blocks: int, block_size: int,

@@ -11,7 +11,9 @@ full-attention (or MLA) group over the fast (Numba) pool — with:
   budget, at most one ``get_new_blocks`` and one ``cache_full_blocks`` straight on the pool,
   and ``O(1)`` Python when nothing is needed (the common decode step);
 * a **lookup** straight into the pool's one-kernel longest-hit scan;
-* a **free** that pops the table and frees it tail first in one pool call.
+* a **free** that pops the table and frees it tail first in one pool call;
+* an **admission** (hits installed, new blocks, the full ones keyed) as one ``touch``, one
+  ``get_new_blocks`` and one ``cache_full_blocks``, after the generic policy's checks.
 
 State is the generic policy's own (the manager's ``req_to_blocks`` and ``num_cached_block``,
 the facade's ``_live``), so every call not collapsed here — admissions with hits, external
@@ -268,17 +270,12 @@ class FastKVCacheManager(KVCacheManager):
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
         new: list[int] = []
-        if num_full > num_cached:
-            if num_new:
-                new = pool.allocate_and_cache(request, table, num_new, num_cached, num_full,
-                                              bs, 0)
-                table.extend(new)
-            else:
-                pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
-            self._num_cached[rid] = num_full
-        elif num_new:
+        if num_new:
             new = pool.get_new_blocks(num_new)
             table.extend(new)
+        if num_full > num_cached:
+            pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
+            self._num_cached[rid] = num_full
         if new and self._zeroed:
             self._manager.new_block_ids.extend(new)
         self._live[rid] = (num_tokens, computed)
@@ -342,11 +339,10 @@ class FastKVCacheManager(KVCacheManager):
         if not table:
             return [0]
         tracked = len(self._tables)
-        observer = self.block_pool.observe()
-        if observer.ref_cnts(table[:1])[0] != tracked:
+        if self.block_pool.ref_cnt(table[0]) != tracked:
             return [0]
         common = 0
-        for count in observer.ref_cnts(table):
+        for count in self.block_pool.observe().ref_cnts(table):
             if count != tracked:
                 break
             common += 1

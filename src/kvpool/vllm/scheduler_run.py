@@ -432,6 +432,8 @@ def main() -> int:
         command = json.loads(line)
         setup = Setup(**command.get("setup", {}))
         if command.get("install_only"):
+            import vllm.v1.core.sched.scheduler  # noqa: F401 - an engine imported vLLM long ago
+
             import kvpool.vllm as dropin
 
             began = time.perf_counter()
