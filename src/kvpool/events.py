@@ -90,12 +90,30 @@ def _lora(request: Any) -> tuple[int | None, str | None]:
     return lora.lora_int_id, lora.lora_name
 
 
+def token_slice(request: Any, start: int, end: int) -> list[int]:
+    """``list(request.all_token_ids)[start:end]``, without copying the whole sequence: an
+    event reports one or a few blocks of a request that may hold thousands of tokens.
+    kvpool's :class:`~kvpool.request.Request` keeps two lists (its ``all_token_ids`` joins
+    them); any other request (vLLM's, or a subclass that defines its own tokens) is sliced
+    through ``all_token_ids``."""
+    from kvpool.request import Request
+
+    if isinstance(request, Request) and type(request).all_token_ids is Request.all_token_ids:
+        prompt, output = request.prompt_token_ids, request.output_token_ids
+        n = len(prompt)
+        if end <= n:
+            return prompt[start:end]
+        if start >= n:
+            return output[start - n : end - n]
+        return prompt[start:] + output[: end - n]
+    return list(request.all_token_ids[start:end])
+
+
 def _stored(record: StoredRecord, request: Any, ctx: EventContext) -> BlockStored:
     from kvpool.hashing import event_extra_keys, resolve_block_hashes
 
     bs = record.block_size
     hashes = resolve_block_hashes(request.block_hashes, ctx.hash_block_size, bs)
-    tokens = list(request.all_token_ids)
     parent = None if record.num_cached == 0 else ctx.external(hashes[record.num_cached - 1])
     extra = [
         event_extra_keys(request, k * bs, (k + 1) * bs, ctx.num_lookahead_tokens)
@@ -104,12 +122,13 @@ def _stored(record: StoredRecord, request: Any, ctx: EventContext) -> BlockStore
     lookahead = None
     if ctx.num_lookahead_tokens:
         n = ctx.num_lookahead_tokens
-        lookahead = [tokens[(k + 1) * bs : (k + 1) * bs + n] for k in record.positions]
+        lookahead = [token_slice(request, (k + 1) * bs, (k + 1) * bs + n)
+                     for k in record.positions]
     lora_id, lora_name = _lora(request)
     return BlockStored(
         block_hashes=[ctx.external(h) for h in record.hashes],
         parent_block_hash=parent,
-        token_ids=tokens[record.num_cached * bs : record.num_full * bs],
+        token_ids=token_slice(request, record.num_cached * bs, record.num_full * bs),
         block_size=bs,
         lora_id=lora_id,
         medium=ctx.medium,
@@ -129,15 +148,14 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
     end = record.num_tokens
     index = end // hbs - 1
     parent = ctx.external(request.block_hashes[index - 1]) if index > 0 else None
-    tokens = list(request.all_token_ids)
     lookahead = None
     if ctx.num_lookahead_tokens:
-        lookahead = [tokens[end : end + ctx.num_lookahead_tokens]]
+        lookahead = [token_slice(request, end, end + ctx.num_lookahead_tokens)]
     lora_id, lora_name = _lora(request)
     return BlockStored(
         block_hashes=[ctx.external(record.block_hash)],
         parent_block_hash=parent,
-        token_ids=tokens[end - hbs : end],
+        token_ids=token_slice(request, end - hbs, end),
         block_size=hbs,
         lora_id=lora_id,
         medium=ctx.medium,

@@ -2,9 +2,11 @@
 
 Calls :func:`kvpool.harness.stack_machine.run_stack_check` once per model configuration
 (:data:`kvpool.harness.stack_configs.CONFIGURATIONS`, all by default) with ``--steps`` steps
-each and prints one line per configuration, or ``--json``. Exit status: 0 when every
-configuration reported 0 divergences, 1 otherwise (the failure, with the seed and the ops
-leading to it, is printed), 2 bad usage. ``--planted NAME`` (hidden) adds a stack with a
+each and prints one line per configuration, or ``--json``. A backend name is a pool backend
+under the generic policy; ``fast-policy`` is :mod:`kvpool.policy.fast` over the fast pool,
+built only in the configurations it serves (the others list it as not built). Exit status:
+0 when every configuration reported 0 divergences, 1 otherwise (the failure, with the seed
+and the ops leading to it, is printed), 2 bad usage. ``--planted NAME`` (hidden) adds a stack with a
 planted policy bug (:mod:`kvpool.harness.stack_planted`) and runs only its configuration;
 ``--list-planted`` names them.
 """
@@ -63,7 +65,8 @@ def run_stack(args: argparse.Namespace) -> int:
                           "configurations": [r.to_json() for r in reports]}))
         return 0 if all(r.ok for r in reports) else 1
     rows = [[name, f"{r.steps:,}", str(r.divergences), f"{r.elapsed_s:.1f} s",
-             ", ".join(f"{k} {v}" for k, v in sorted(r.coverage.items()))]
+             ", ".join([f"{k} {v}" for k, v in sorted(r.coverage.items())]
+                       + [f"{s} not built (does not serve it)" for s in r.skipped])]
             for name, r in zip(names, reports, strict=True)]
     print_renderable(grid_table(["configuration", "steps", "divergences", "time", "coverage"],
                                 rows, title=f"kvpool check --layer stack ({', '.join(backends)},"

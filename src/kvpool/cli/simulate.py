@@ -186,6 +186,8 @@ def summary_rows(report: ServingReport, source: str) -> list[tuple[str, str]]:
         ("model", f"{r.model}  ({MODELS[r.model].description})"),
         ("backend", f"{r.backend}  ({r.num_blocks} blocks of {r.block_size} tokens, "
                     f"<= {r.max_running} running)"),
+        ("policy", f"{r.policy}  ("
+                   f"{'kvpool.policy.fast' if r.policy == 'fast' else 'the generic policy'})"),
         ("requests", f"{r.requests:,}  ({r.steps:,} steps)"),
         ("prompt tokens", f"{r.prompt_tokens:,}"),
         ("generated tokens", f"{r.decode_tokens:,}"),

@@ -75,6 +75,10 @@ class KVCacheManager:
     (§10.4; :attr:`partial_hash_hits_enabled`, :meth:`take_kv_cache_block_copies`).
     """
 
+    #: Which policy this is (``repr``, ``kvpool simulate``): the generic one, the reference
+    #: of this layer; :class:`~kvpool.policy.fast.FastKVCacheManager` says ``"fast"``.
+    policy_name = "generic"
+
     #: The request statuses the watermark applies to (vLLM: waiting and preempted). A
     #: scheduler with its own status enum (``kvpool.vllm``) names its members here.
     watermark_statuses: tuple[Any, ...] = (RequestStatus.WAITING, RequestStatus.PREEMPTED)

@@ -69,6 +69,8 @@ def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
 class FastKVCacheManager(KVCacheManager):
     """:class:`KVCacheManager` with the hot calls collapsed (module docstring)."""
 
+    policy_name = "fast"
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         refusal = fast_policy_refusal(*args, **kwargs)
         super().__init__(*args, **kwargs)

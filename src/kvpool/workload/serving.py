@@ -83,6 +83,8 @@ class ServingReport(SimulationReport):
     mean_usage: float = 0.0
     model: str = "full"
     workload: str = ""
+    #: Which policy made the decisions: "fast" (kvpool.policy.fast) or "generic".
+    policy: str = "generic"
     series: StepSeries = field(default_factory=StepSeries, compare=False, repr=False)
 
     JSON_FIELDS = (
@@ -104,7 +106,7 @@ class ServingReport(SimulationReport):
 
     def decisions(self) -> dict[str, Any]:
         values = super().decisions()
-        del values["series"], values["workload"]
+        del values["series"], values["workload"], values["policy"]  # not decisions
         return values
 
 
@@ -188,7 +190,7 @@ def serve(
         pool_calls=s.pool_calls, verb_calls=dict(s.verb_calls), verb_s=dict(s.verb_s),
         pool_cpu_s=s.pool_cpu_s, preemptions=s.preemptions,
         mean_usage=sum(usage) / len(usage) if usage else 0.0, model=model,
-        workload=workload, series=s.series,
+        workload=workload, series=s.series, policy=manager.policy_name,
     )
 
 

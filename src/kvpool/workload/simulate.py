@@ -125,7 +125,10 @@ def simulate(
         return make_pool(n, backend=backend, **{**kwargs, **options})
 
     max_model_len = max((len(r.prompt) + r.output_len for r in requests), default=1) + block_size
-    manager = build_manager(model, num_blocks, block_size, max_model_len, backend=make)
+    # The backend's name where no pool option is set, so that the policy can be chosen by
+    # it (the fast policy drives the fast pool; kvpool.policy.factory).
+    manager = build_manager(model, num_blocks, block_size, max_model_len,
+                            backend=make if options else backend)
     progress = None
     if on_step is not None:
         total = len(requests)
