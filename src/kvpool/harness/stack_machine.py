@@ -75,11 +75,10 @@ def build_stack_manager(name: str, kwargs: dict[str, Any]) -> Any:
     serve the configuration."""
     if name != FAST_POLICY:
         return KVCacheManager(**kwargs, backend=name)
-    from kvpool.policy.fast import FastKVCacheManager, fast_policy_refusal
+    from kvpool.policy.fast import fast_policy_class
 
-    if fast_policy_refusal(**kwargs, backend="fast") is not None:
-        return None
-    return FastKVCacheManager(**kwargs, backend="fast")
+    served = fast_policy_class(**kwargs, backend="fast")
+    return None if isinstance(served, str) else served(**kwargs, backend="fast")
 
 
 def pool_projection(stack: Stack) -> Any:

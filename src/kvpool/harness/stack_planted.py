@@ -256,6 +256,24 @@ def _fast_evictable_hits_not_counted(m: Any) -> None:
     m._num_evictable = lambda hits: 0
 
 
+def _fast_idle_step_ignores_the_window(m: Any) -> None:
+    # The idle test forgets that a sliding window may have a block to null.
+    m._groups = [(tables, cached, bs, lambda tokens: 0, null)
+                 for tables, cached, bs, _, null in m._groups]
+
+
+class _Everything(dict):  # type: ignore[type-arg]
+    """A keyed-count table that says every block is keyed already."""
+
+    def get(self, key: Any, default: Any = None) -> int:
+        return 1 << 62
+
+
+def _fast_idle_step_ignores_unaligned_keys(m: Any) -> None:
+    m._groups = [(tables, _Everything(), bs, skipped, null)
+                 for tables, _, bs, skipped, null in m._groups]
+
+
 def _fast_eagle_block_kept(m: Any) -> None:
     m._eagle = False
 
@@ -303,9 +321,10 @@ class PlantedPolicyBug:
         def build(config: StackConfiguration) -> tuple[str, Any]:
             manager: Any
             if self.policy == "fast":
-                from kvpool.policy.fast import FastKVCacheManager
+                from kvpool.policy import make_kv_cache_manager
 
-                manager = FastKVCacheManager(**config.manager_kwargs(), backend="fast")
+                manager = make_kv_cache_manager(**config.manager_kwargs(), backend="fast",
+                                                policy="fast")
             else:
                 manager = KVCacheManager(**config.manager_kwargs(), backend="reference")
             self.install(manager)
@@ -372,6 +391,13 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("fast-step-caches-drafts", "full-eagle",
                      "fast policy: blocks filled by unverified drafts are keyed",
                      _fast_step_caches_drafts, policy="fast"),
+    PlantedPolicyBug("fast-idle-step-ignores-the-window", "full+swa",
+                     "hybrid fast policy: a step whose window passes a block is called idle",
+                     _fast_idle_step_ignores_the_window, policy="fast"),
+    PlantedPolicyBug("fast-idle-step-forgets-keyed-counts", "full+swa",
+                     "hybrid fast policy: the idle test reads no keyed count, so a step "
+                     "that must key a block is called idle",
+                     _fast_idle_step_ignores_unaligned_keys, policy="fast"),
     PlantedPolicyBug("fast-touch-after-allocating", "full",
                      "fast policy: hits touched after the allocation (which may evict them)",
                      _fast_touch_after_allocating, policy="fast"),

@@ -26,15 +26,15 @@ def make_kv_cache_manager(*args: Any, policy: str = "auto", **kwargs: Any) -> An
     if policy not in POLICIES:
         raise InvalidConfig(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if policy != "generic":
-        from kvpool.policy.fast import FastKVCacheManager, fast_policy_refusal
+        from kvpool.policy.fast import fast_policy_class
 
-        refusal = fast_policy_refusal(*args, **kwargs)
-        if refusal is None:
-            manager = FastKVCacheManager(*args, **kwargs)
+        served = fast_policy_class(*args, **kwargs)
+        if not isinstance(served, str):
+            manager = served(*args, **kwargs)
             logger.debug("kvpool: %r", manager)
             return manager
         if policy == "fast":
-            raise InvalidConfig(f"the fast policy does not serve this configuration: {refusal}")
+            raise InvalidConfig(f"the fast policy does not serve this configuration: {served}")
     return KVCacheManager(*args, **kwargs)
 
 

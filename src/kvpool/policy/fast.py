@@ -25,6 +25,13 @@ step, on every observable: tables, ref counts, queue order, keys, events.
 Served (:func:`fast_policy_refusal` says why not otherwise): exactly one KV cache group whose
 spec is :class:`~kvpool.policy.specs.FullAttentionSpec` or :class:`~kvpool.policy.specs.
 MLAAttentionSpec` (EAGLE and DCP/PCP included), the ``"fast"`` backend, no partial hits.
+
+Hybrid attention models — full attention with sliding-window or chunked-local groups, the
+hybrid engines run most — get :class:`FastHybridKVCacheManager`: there a step touches every
+group's table, the windows free blocks as they slide and the coordinator keys only aligned
+lengths, so only the step that changes nothing in any group is collapsed (checked in
+``O(groups)``: no group needs a block, no window passes a block boundary, no group keys a
+block); every other call runs the generic policy. Most decode steps are such steps.
 """
 
 from __future__ import annotations
@@ -34,17 +41,28 @@ from typing import Any
 
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
-from kvpool.policy.specs import FullAttentionSpec, KVCacheConfig, MLAAttentionSpec
+from kvpool.policy.specs import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+)
 
 _SERVED_SPECS = (FullAttentionSpec, MLAAttentionSpec)
+#: Groups whose step is a table that grows, a window that nulls its oldest blocks and a
+#: cache write: the hybrid fast policy's idle test covers exactly these.
+_ATTENTION_SPECS = (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
+                    SlidingWindowMLASpec, ChunkedLocalAttentionSpec)
 _INT = {int}
 _ZERO = 0  # the default of the scheduler's count arguments, tested by identity
 _SIGNATURE = inspect.signature(KVCacheManager.__init__)
 
 
-def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
-    """Why the fast policy does not serve :class:`KVCacheManager` built with these
-    arguments, or ``None`` when it does (bad arguments are left to the constructor)."""
+def fast_policy_class(*args: Any, **kwargs: Any) -> type[KVCacheManager] | str:
+    """The fast policy that serves :class:`KVCacheManager` built with these arguments, or
+    why none does (bad arguments are left to the constructor to refuse)."""
     try:
         bound = _SIGNATURE.bind(None, *args, **kwargs)
     except TypeError:
@@ -56,14 +74,25 @@ def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
         return "kv_cache_config is not a KVCacheConfig"
     if a["backend"] != "fast":
         return f"backend {a['backend']!r} (the fast policy drives the fast pool)"
-    if len(config.kv_cache_groups) != 1:
-        return f"{len(config.kv_cache_groups)} KV cache groups (it serves one)"
-    spec = config.kv_cache_groups[0].kv_cache_spec
-    if type(spec) not in _SERVED_SPECS:
-        return f"{type(spec).__name__} (it serves FullAttentionSpec and MLAAttentionSpec)"
     if a["allow_partial_hash_hits"]:
         return "partial hash hits"
-    return None
+    groups = config.kv_cache_groups
+    specs = [type(g.kv_cache_spec) for g in groups]
+    if len(groups) == 1 and specs[0] in _SERVED_SPECS:
+        return FastKVCacheManager
+    others = [s.__name__ for s in specs if s not in _ATTENTION_SPECS]
+    if others or not groups:
+        return (f"{', '.join(others) or 'no groups'} (it serves full-attention, MLA, "
+                f"sliding-window and chunked-local groups)")
+    if a["use_eagle"] or any(g.is_eagle_group for g in groups):
+        return "EAGLE groups in a hybrid model (their cache writes reach one block further)"
+    return FastHybridKVCacheManager
+
+
+def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
+    """Why no fast policy serves these arguments, or ``None`` when one does."""
+    served = fast_policy_class(*args, **kwargs)
+    return served if isinstance(served, str) else None
 
 
 class FastKVCacheManager(KVCacheManager):
@@ -72,12 +101,14 @@ class FastKVCacheManager(KVCacheManager):
     policy_name = "fast"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        refusal = fast_policy_refusal(*args, **kwargs)
+        served = fast_policy_class(*args, **kwargs)
         super().__init__(*args, **kwargs)
-        if refusal is not None:
+        if served is not type(self):
             from kvpool.errors import InvalidConfig
 
-            raise InvalidConfig(f"the fast policy does not serve this configuration: {refusal}")
+            why = served if isinstance(served, str) else f"{served.__name__} serves it"
+            raise InvalidConfig(f"{type(self).__name__} does not serve this configuration: "
+                                f"{why}")
         manager = self.coordinator.single_type_managers[0]
         self._manager = manager
         self._tables: dict[str, list[int]] = manager.req_to_blocks
@@ -351,4 +382,103 @@ class FastKVCacheManager(KVCacheManager):
         return [common]
 
 
-__all__ = ["FastKVCacheManager", "fast_policy_refusal"]
+class FastHybridKVCacheManager(KVCacheManager):
+    """A hybrid attention model's facade with its idle step collapsed (module docstring):
+    the generic policy for every call that changes something."""
+
+    policy_name = "fast"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        served = fast_policy_class(*args, **kwargs)
+        super().__init__(*args, **kwargs)
+        if served is not type(self):
+            from kvpool.errors import InvalidConfig
+
+            why = served if isinstance(served, str) else f"{served.__name__} serves it"
+            raise InvalidConfig(f"{type(self).__name__} does not serve this configuration: "
+                                f"{why}")
+        managers = self.coordinator.single_type_managers
+        #: Per group: its tables, keyed counts, block size and window rule.
+        self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
+                         m.get_num_skipped_tokens, m.null_block) for m in managers]
+        # The hybrid coordinator keys only lengths aligned to the scheduler block size.
+        self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
+            else 1
+
+    def __repr__(self) -> str:
+        specs = "+".join(type(m.kv_cache_spec).__name__
+                         for m in self.coordinator.single_type_managers)
+        return (f"FastHybridKVCacheManager(policy=fast, idle steps collapsed, groups={specs}, "
+                f"blocks={self.block_pool.num_gpu_blocks})")
+
+    def allocate_slots(
+        self,
+        request: Any,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: Any = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+    ) -> Any:
+        """An idle step of a running request here (nothing to allocate, free or key in any
+        group); everything else in the generic policy."""
+        rid = request.request_id
+        seen = self._live.get(rid)
+        if (seen is not None and new_computed_blocks is None
+                and num_new_computed_tokens is _ZERO
+                and num_external_computed_tokens is _ZERO
+                and num_encoder_tokens is _ZERO and reserved_blocks is _ZERO
+                and full_sequence_must_fit is False
+                and num_new_tokens.__class__ is int and num_new_tokens > 0
+                and num_lookahead_tokens.__class__ is int and num_lookahead_tokens >= 0):
+            computed = request.num_computed_tokens
+            num_tokens = request.num_tokens
+            if (computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0]
+                    and self._idle(rid, computed, num_tokens, num_new_tokens,
+                                   num_lookahead_tokens, delay_cache_blocks)):
+                watermark = self.watermark_blocks
+                if watermark and has_scheduled_reqs and request.status in \
+                        self.watermark_statuses and \
+                        watermark > self.block_pool.get_num_free_blocks():
+                    return None
+                self._live[rid] = (num_tokens, computed)
+                return self.empty_kv_cache_blocks
+        return super().allocate_slots(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+            num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+            num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
+
+    def _idle(self, rid: str, computed: int, num_tokens: int, num_new_tokens: int,
+              num_lookahead_tokens: int, delay_cache_blocks: bool) -> bool:
+        """Whether the generic step would change no group: every table long enough, no
+        window with a block left to null (the generic walk stops at the first null), no
+        aligned full block left to key."""
+        max_len = self.max_model_len
+        total = computed if computed < max_len else max_len
+        main = total + num_new_tokens
+        need = main + num_lookahead_tokens
+        if need > max_len:
+            need = max_len
+        caching = self.enable_caching and not delay_cache_blocks
+        cached_tokens = (main if main < num_tokens else num_tokens)
+        cached_tokens -= cached_tokens % self._cache_alignment
+        for tables, num_cached, bs, skipped_tokens, null in self._groups:
+            table = tables.get(rid)
+            if table is None or -(-need // bs) > len(table):
+                return False
+            skipped = skipped_tokens(total) // bs
+            if skipped > 0 and table[(skipped if skipped < len(table) else len(table)) - 1] \
+                    != null:
+                return False
+            if caching and cached_tokens // bs > num_cached.get(rid, 0):
+                return False
+        return True
+
+
+__all__ = ["FastHybridKVCacheManager", "FastKVCacheManager", "fast_policy_class",
+           "fast_policy_refusal"]
