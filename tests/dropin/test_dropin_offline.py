@@ -20,7 +20,11 @@ from kvpool.policy import (
     make_kv_cache_manager,
 )
 from kvpool.policy import specs as kv
-from kvpool.policy.fast import FastKVCacheManager, fast_policy_refusal
+from kvpool.policy.fast import (
+    FastHybridKVCacheManager,
+    FastKVCacheManager,
+    fast_policy_refusal,
+)
 from kvpool.vllm.config import SUPPORTED_SPECS, UnsupportedConfig
 
 
@@ -105,12 +109,18 @@ FULL = KVCacheConfig(64, (KVCacheGroupSpec(FullAttentionSpec(block_size=16)),))
 HYBRID = KVCacheConfig(64, (KVCacheGroupSpec(FullAttentionSpec(block_size=16)),
                             KVCacheGroupSpec(SlidingWindowSpec(block_size=16,
                                                                sliding_window=32))))
+WITH_MAMBA = KVCacheConfig(64, (KVCacheGroupSpec(FullAttentionSpec(block_size=16)),
+                                KVCacheGroupSpec(MambaSpec(block_size=16,
+                                                           mamba_cache_mode="align"))))
 
 
 def test_auto_picks_the_fast_policy_where_it_serves_and_says_so() -> None:
     fast = make_kv_cache_manager(FULL, 1024, 16, 16, backend="fast")
     assert isinstance(fast, FastKVCacheManager) and "policy=fast" in repr(fast)
-    for config, backend in ((HYBRID, "fast"), (FULL, "reference")):
+    hybrid = make_kv_cache_manager(HYBRID, 1024, 16, 16, backend="fast")
+    assert isinstance(hybrid, FastHybridKVCacheManager) and "idle steps" in repr(hybrid)
+    assert fast.policy_name == hybrid.policy_name == "fast"
+    for config, backend in ((WITH_MAMBA, "fast"), (FULL, "reference")):
         generic = make_kv_cache_manager(config, 1024, 16, 16, backend=backend)
         assert type(generic) is KVCacheManager
     assert type(make_kv_cache_manager(FULL, 1024, 16, 16, backend="fast",
@@ -119,11 +129,16 @@ def test_auto_picks_the_fast_policy_where_it_serves_and_says_so() -> None:
 
 def test_the_fast_policy_says_why_it_does_not_serve() -> None:
     assert fast_policy_refusal(FULL, 1024, 16, 16, backend="fast") is None
-    assert "2 KV cache groups" in fast_policy_refusal(HYBRID, 1024, 16, 16, backend="fast")
+    assert fast_policy_refusal(HYBRID, 1024, 16, 16, backend="fast") is None
+    assert "MambaSpec" in fast_policy_refusal(WITH_MAMBA, 1024, 16, 16, backend="fast")
+    assert "EAGLE" in fast_policy_refusal(HYBRID, 1024, 16, 16, backend="fast",
+                                          use_eagle=True)
     assert "backend 'reference'" in fast_policy_refusal(FULL, 1024, 16, 16,
                                                         backend="reference")
     with pytest.raises(InvalidConfig, match="does not serve"):
-        make_kv_cache_manager(HYBRID, 1024, 16, 16, backend="fast", policy="fast")
+        make_kv_cache_manager(WITH_MAMBA, 1024, 16, 16, backend="fast", policy="fast")
+    with pytest.raises(InvalidConfig, match="FastHybridKVCacheManager serves it"):
+        FastKVCacheManager(HYBRID, 1024, 16, 16, backend="fast")
     with pytest.raises(InvalidConfig, match="policy must be one of"):
         make_kv_cache_manager(FULL, 1024, 16, 16, backend="fast", policy="quick")
 

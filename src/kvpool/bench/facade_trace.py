@@ -66,14 +66,15 @@ def kvpool_facade(backend: str, model: str, num_blocks: int, max_model_len: int)
         FullAttentionSpec,
         KVCacheConfig,
         KVCacheGroupSpec,
-        KVCacheManager,
         SlidingWindowSpec,
+        make_kv_cache_manager,
     )
 
     kinds = {"full": FullAttentionSpec, "swa": SlidingWindowSpec}
     groups = tuple(KVCacheGroupSpec(kinds[k](**kw)) for k, kw in _specs(model))
-    return KVCacheManager(KVCacheConfig(num_blocks, groups), max_model_len, BLOCK, BLOCK,
-                          backend=backend)
+    # The policy a user gets: the fast policy on the fast backend, the generic one otherwise.
+    return make_kv_cache_manager(KVCacheConfig(num_blocks, groups), max_model_len, BLOCK,
+                                 BLOCK, backend=backend)
 
 
 def vllm_facade(model: str, num_blocks: int, max_model_len: int) -> Any:
