@@ -56,6 +56,7 @@ _SERVED_SPECS = (FullAttentionSpec, MLAAttentionSpec)
 _ATTENTION_SPECS = (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
                     SlidingWindowMLASpec, ChunkedLocalAttentionSpec)
 _INT = {int}
+_BYTES = {bytes}
 _ZERO = 0  # the default of the scheduler's count arguments, tested by identity
 _SIGNATURE = inspect.signature(KVCacheManager.__init__)
 
@@ -130,10 +131,16 @@ class FastKVCacheManager(KVCacheManager):
         bs = self._block_size
         limit = (request.num_tokens - 1) // bs
         hits: list[int] = []
-        if limit > 0:
-            hits = self.block_pool.find_longest_cache_hit(request.block_hashes[:limit], [0])[0]
-            if self._eagle and hits:
-                hits.pop()
+        hashes = request.block_hashes
+        if limit > 0 and hashes:
+            window = hashes[:limit]
+            # Half of all prompts share nothing: one probe of the first block answers them
+            # without packing a few hundred hashes (the scan's type check still runs).
+            if self.block_pool.get_cached_block(window[0], [0]) is not None or \
+                    set(map(type, window)) != _BYTES:
+                hits = self.block_pool.find_longest_cache_hit(window, [0])[0]
+                if self._eagle and hits:
+                    hits.pop()
         num_tokens = len(hits) * bs
         if self.prefix_cache_stats is not None:
             self.prefix_cache_stats.record(request.num_tokens, num_tokens,
