@@ -96,8 +96,9 @@ def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
     return served if isinstance(served, str) else None
 
 
-class FastKVCacheManager(KVCacheManager):
-    """:class:`KVCacheManager` with the hot calls collapsed (module docstring)."""
+class _FastPolicy(KVCacheManager):
+    """A fast policy: built only for the configurations :func:`fast_policy_class` gives it
+    (the generic constructor's checks run first, so bad arguments get their own error)."""
 
     policy_name = "fast"
 
@@ -110,6 +111,13 @@ class FastKVCacheManager(KVCacheManager):
             why = served if isinstance(served, str) else f"{served.__name__} serves it"
             raise InvalidConfig(f"{type(self).__name__} does not serve this configuration: "
                                 f"{why}")
+
+
+class FastKVCacheManager(_FastPolicy):
+    """:class:`KVCacheManager` with the hot calls collapsed (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         manager = self.coordinator.single_type_managers[0]
         self._manager = manager
         self._tables: dict[str, list[int]] = manager.req_to_blocks
@@ -389,21 +397,12 @@ class FastKVCacheManager(KVCacheManager):
         return [common]
 
 
-class FastHybridKVCacheManager(KVCacheManager):
+class FastHybridKVCacheManager(_FastPolicy):
     """A hybrid attention model's facade with its idle step collapsed (module docstring):
     the generic policy for every call that changes something."""
 
-    policy_name = "fast"
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        served = fast_policy_class(*args, **kwargs)
         super().__init__(*args, **kwargs)
-        if served is not type(self):
-            from kvpool.errors import InvalidConfig
-
-            why = served if isinstance(served, str) else f"{served.__name__} serves it"
-            raise InvalidConfig(f"{type(self).__name__} does not serve this configuration: "
-                                f"{why}")
         managers = self.coordinator.single_type_managers
         #: Per group: its tables, keyed counts, block size and window rule.
         self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
