@@ -274,6 +274,17 @@ def _fast_idle_step_ignores_unaligned_keys(m: Any) -> None:
                  for tables, _, bs, skipped, null in m._groups]
 
 
+def _fast_admission_gate_skipped(m: Any) -> None:
+    original = m._allocate
+
+    def broken(request: Any, *args: Any) -> Any:
+        args = list(args)
+        args[7] = False  # full_sequence_must_fit: the gate is never checked
+        return original(request, *args)
+
+    m._allocate = broken
+
+
 def _fast_eagle_block_kept(m: Any) -> None:
     m._eagle = False
 
@@ -398,6 +409,9 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      "hybrid fast policy: the idle test reads no keyed count, so a step "
                      "that must key a block is called idle",
                      _fast_idle_step_ignores_unaligned_keys, policy="fast"),
+    PlantedPolicyBug("fast-admission-gate-skipped", "full",
+                     "fast policy: an admission that must fit whole is not checked whole",
+                     _fast_admission_gate_skipped, policy="fast"),
     PlantedPolicyBug("fast-touch-after-allocating", "full",
                      "fast policy: hits touched after the allocation (which may evict them)",
                      _fast_touch_after_allocating, policy="fast"),

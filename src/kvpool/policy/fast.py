@@ -248,7 +248,7 @@ class FastKVCacheManager(_FastPolicy):
         seen = self._live.get(rid)
         computed = request.num_computed_tokens
         num_tokens = request.num_tokens
-        if (num_external_computed_tokens or num_encoder_tokens or full_sequence_must_fit
+        if (num_external_computed_tokens or num_encoder_tokens
                 or type(num_new_tokens) is not int or num_new_tokens <= 0
                 or type(num_lookahead_tokens) is not int or num_lookahead_tokens < 0
                 or type(reserved_blocks) is not int or reserved_blocks < 0
@@ -295,9 +295,21 @@ class FastKVCacheManager(_FastPolicy):
         if has_scheduled_reqs and request.status in self.watermark_statuses:
             watermark = self.watermark_blocks
         pool = self.block_pool
-        # The budget; hits that are free cached candidates leave the free count when
-        # touched. Counting them costs more than the rest of the check, so they are only
-        # counted when the allocation would not fit even if every hit were one.
+        # Hits that are free cached candidates leave the free count when touched. Counting
+        # them costs more than the rest of a budget check, so they are only counted when
+        # the allocation would not fit even if every hit were one.
+        if full_sequence_must_fit:
+            # The admission gate: the whole sequence must fit beside the watermark (the
+            # reserved blocks are not subtracted here, as in the generic policy).
+            full = num_tokens if num_tokens < max_len else max_len
+            gate = -(-full // bs) - held - (len(hits) if hits else 0)
+            wanted = (gate if gate > 0 else 0) + watermark
+            free = pool.get_num_free_blocks()
+            if hits and wanted + len(hits) > free:
+                wanted += self._num_evictable(hits)
+            if wanted > free:
+                return None
+        # The budget of this step.
         if num_new or watermark or reserved_blocks or hits:
             available = pool.get_num_free_blocks() - reserved_blocks
             wanted = num_new + watermark
@@ -332,7 +344,7 @@ class FastKVCacheManager(_FastPolicy):
         return self.make_blocks((new,))
 
     def _admissible_hits(self, rid: str, seen: Any, hit_object: Any,
-                         num_new_computed_tokens: int) -> list[int] | None:
+                         num_new_computed_tokens: int) -> Any:
         """The hit ids of a new request's admission when they are plainly valid (ints of
         this pool, none null, covering exactly the computed tokens) and the request holds
         nothing; ``None`` for anything else (the generic policy then decides or refuses)."""

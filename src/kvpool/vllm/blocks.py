@@ -26,8 +26,6 @@ class BlockView(KVCacheBlock):
     """Block ``block_id`` of a kvpool pool, seen as vLLM's ``KVCacheBlock`` (read-only:
     the pool owns the state; the free-queue links are not modelled)."""
 
-    __slots__ = ("_pool",)
-
     def __init__(self, block_id: int, pool: Any) -> None:  # noqa: D107 - no parent init
         self.block_id = block_id
         self.is_null = block_id == pool.null_block
