@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NewType, Protocol
 
 NULL_BLOCK_ID = 0
 """Block 0 is the null block: a placeholder for skipped positions, never handed out."""
@@ -30,6 +30,14 @@ NULL_BLOCK_ID = 0
 MAX_REF_CNT = 2**31 - 1
 """Most references one block may hold: the fast backend counts in int32, and every backend
 refuses a ``touch`` beyond it (``RefCountOverflow``) so that all stay identical."""
+
+BlockIds = NewType("BlockIds", tuple[int, ...])
+"""A batch of block ids as one call passes it (a plain tuple at runtime). Its own name so that
+the CrossHair plugin can build batches its own way: short, often with a repeated id
+(``docs/contracts.md``). Only the contracted wrappers use it."""
+
+GroupIds = NewType("GroupIds", tuple[int, ...])
+"""The group ids of one ``get_cached_block`` call (a plain tuple at runtime); see ``BlockIds``."""
 
 
 @dataclass(frozen=True)

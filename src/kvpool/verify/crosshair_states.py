@@ -13,6 +13,13 @@ only the choices a valid state leaves open, each one a CrossHair branch or SMT v
   ``MAX_SECONDARY`` secondary keys; the ids under each key in any insertion order;
 * watchers: any subset of the non-null blocks, in any order; the event counter (symbolic).
 
+A second creator builds the *batches* the contracted wrappers take (``BlockIds``, ``GroupIds``
+of :mod:`kvpool.spec.state`): 0…``MAX_BATCH`` ids, each one a concrete choice among the pool's
+ids and the two ids just out of range (-1 and ``num_blocks``), often repeating an earlier one.
+Left symbolic, a batch of two ids that name two suitable blocks, or the same block twice, was
+a rarity (a reversed free-queue batch took ~480 paths to find, a refusal of a repeated block
+none in the CI budget); here it is one choice among a few.
+
 Within these bounds every state that satisfies the invariants can be produced (the alphabet
 is a bound on how many *distinct* keys a state holds; operations only compare keys). The
 contracts still *require* every invariant, so a creator bug can only hide states, never let an
@@ -30,8 +37,8 @@ from crosshair import IgnoreAttempt, SymbolicFactory, register_type
 from crosshair.statespace import StateSpace, context_statespace
 from crosshair.tracers import NoTracing, ResumedTracing
 
-from kvpool.keys import key_group, pack_key
-from kvpool.spec.state import PoolState
+from kvpool.keys import MAX_GROUP_ID, key_group, pack_key
+from kvpool.spec.state import BlockIds, GroupIds, PoolState
 
 MAX_BLOCKS = 5
 """Largest pool built: the null block and four real blocks."""
@@ -121,7 +128,10 @@ def _build(choose: _Chooser) -> PoolState:
     free: list[int] = []
     for b in range(1, n):
         if choose.coin():
-            ref_cnt[b] = choose.symbolic_count(f"_ref{b}", at_least=1)
+            # A count of exactly 1 half the time: a release batch then brings the block to 0
+            # without the solver having to take the rarely-tried side of ``ref_cnt == 0``.
+            one = choose.coin()
+            ref_cnt[b] = 1 if one else choose.symbolic_count(f"_ref{b}", at_least=2)
         else:
             free.append(b)
     queue = choose.shuffled(free)
@@ -165,9 +175,72 @@ def _build(choose: _Chooser) -> PoolState:
 
 def make_pool_state(factory: SymbolicFactory) -> PoolState:
     """CrossHair's creator for ``PoolState`` (CrossHair calls it with tracing off)."""
-    global STATES_BUILT
+    global STATES_BUILT, _LAST_STATE
     STATES_BUILT += 1
-    return _build(_Chooser(factory))
+    _LAST_STATE = _build(_Chooser(factory))
+    return _LAST_STATE
+
+
+MAX_BATCH = 4
+"""Longest batch built: enough for two pairs, or one block three times."""
+
+_BATCH_LENGTH_WEIGHTS = (0.1, 0.25, 0.3, 0.2, 0.15)
+"""Weights of batch lengths 0…4: order and repeats need two ids or more."""
+
+REPEAT_PROBABILITY = 0.3
+"""How often a batch's next id repeats an earlier one (§12: a batch is checked as a whole)."""
+
+OUT_OF_RANGE_PROBABILITY = 0.1
+"""How often an id is one of the two just outside ``[0, num_blocks)``: -1 or ``num_blocks``."""
+
+HELD_WEIGHT = 3.0
+"""An id names a held block this many times as often as a free one or the null block: most
+batch verbs take held blocks, and a batch of two held blocks is what order bugs need."""
+
+_LAST_STATE: PoolState | None = None
+"""The state built for this call: the state is the first argument of every contract, so
+CrossHair builds it before the batch, whose ids then fit that pool."""
+
+
+def _batch(choose: _Chooser, fresh) -> tuple:  # type: ignore[no-untyped-def]
+    """0…MAX_BATCH values from ``fresh()``, each repeating an earlier one at times."""
+    out: list = []
+    for _ in range(choose.pick(tuple(range(MAX_BATCH + 1)), _BATCH_LENGTH_WEIGHTS)):
+        if out and choose.coin(REPEAT_PROBABILITY):
+            out.append(choose.pick(tuple(dict.fromkeys(out))))
+        else:
+            out.append(fresh())
+    return tuple(out)
+
+
+def make_block_ids(factory: SymbolicFactory, *_type_args: object) -> tuple[int, ...]:
+    """CrossHair's creator for ``BlockIds``: a short batch of this pool's ids (concrete)."""
+    choose = _Chooser(factory)
+    n = _LAST_STATE.num_blocks if _LAST_STATE else MAX_BLOCKS
+    ref_cnt = _LAST_STATE.ref_cnt if _LAST_STATE else (0,) * n
+    # A free block's count is the concrete 0; a held one's is 1 or symbolic (never compared
+    # here: this runs untraced, and comparing a symbolic int would need the solver).
+    weights = tuple(1.0 if type(r) is int and r == 0 else HELD_WEIGHT for r in ref_cnt)
+
+    def fresh() -> int:
+        if choose.coin(OUT_OF_RANGE_PROBABILITY):
+            return choose.pick((-1, n))
+        return choose.pick(tuple(range(n)), weights)
+
+    return _batch(choose, fresh)
+
+
+_GROUPS = (0, 1, MAX_GROUP_ID, -1, MAX_GROUP_ID + 1, True)
+"""Group ids a batch draws from: the two the key alphabet uses, the largest valid one, and
+the three invalid kinds (below, above, a bool)."""
+
+_GROUP_WEIGHTS = (4.0, 4.0, 1.0, 1.0, 1.0, 1.0)
+
+
+def make_group_ids(factory: SymbolicFactory, *_type_args: object) -> tuple[int, ...]:
+    """CrossHair's creator for ``GroupIds``: a short batch of group ids (concrete)."""
+    choose = _Chooser(factory)
+    return _batch(choose, lambda: choose.pick(_GROUPS, _GROUP_WEIGHTS))
 
 
 def _report_count() -> None:
@@ -179,10 +252,12 @@ _registered = False
 
 
 def register() -> None:
-    """Build ``PoolState`` with :func:`make_pool_state` and tune the search (idempotent)."""
+    """Build ``PoolState`` and batches with the creators above; tune the search (idempotent)."""
     global _registered
     if not _registered:
         register_type(PoolState, make_pool_state)
+        register_type(BlockIds, make_block_ids)
+        register_type(GroupIds, make_group_ids)
         tune_search()
         atexit.register(_report_count)
         _registered = True
