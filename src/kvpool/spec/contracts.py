@@ -53,7 +53,7 @@ from kvpool.spec.postconditions import (
     touch_post,
     unpin_blocks_post,
 )
-from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, GroupIds, PoolState
+from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, PoolState
 
 F = TypeVar("F", bound=Callable)
 
@@ -313,7 +313,7 @@ def unpin_blocks(state: PoolState, block_ids: BlockIds) -> Outcome:
 
 
 @contract_of("get_cached_block")
-def get_cached_block(state: PoolState, block_hash: bytes, group_ids: GroupIds) -> Outcome:
+def get_cached_block(state: PoolState, block_hash: bytes, group_ids: tuple[int, ...]) -> Outcome:
     return ops.get_cached_block(state, block_hash, group_ids)
 
 

@@ -12,9 +12,11 @@ ensures that
 * otherwise its error is an instance of one of the rows that apply (a call breaking two rows
   may report either; the precondition's fixed check order picks one).
 
-Arguments are fully symbolic under CrossHair (no ``given`` facts), so invalid ids, counts,
-groups, masks and sizes are explored as much as valid ones. ``reset_prefix_cache`` has no
-invalid input and no row.
+No ``given`` facts here: invalid counts, groups, masks and sizes stay fully symbolic and
+are explored as much as valid ones. Batches of ids (``BlockIds``, ``GroupIds``) come from the
+verifier's batch creator, which names the pool's blocks, repeats ids and reaches -1 and
+``num_blocks`` (the ids just out of range), so a refusal of a repeated id is searched as
+readily as one of a single id. ``reset_prefix_cache`` has no invalid input and no row.
 """
 
 from __future__ import annotations

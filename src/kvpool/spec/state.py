@@ -37,7 +37,10 @@ the CrossHair plugin can build batches its own way: short, often with a repeated
 (``docs/contracts.md``). Only the contracted wrappers use it."""
 
 GroupIds = NewType("GroupIds", tuple[int, ...])
-"""The group ids of one ``get_cached_block`` call (a plain tuple at runtime); see ``BlockIds``."""
+"""The group ids of one ``get_cached_block`` call (a plain tuple at runtime); see ``BlockIds``.
+Only its precondition contract uses it: the operation contract keeps symbolic group ids, with
+which the solver lines a group up with a key of the state (measured: a hit on the newest
+duplicate found in 68 paths with them, not in 1,241 with drawn groups)."""
 
 
 @dataclass(frozen=True)

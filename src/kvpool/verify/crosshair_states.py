@@ -128,10 +128,7 @@ def _build(choose: _Chooser) -> PoolState:
     free: list[int] = []
     for b in range(1, n):
         if choose.coin():
-            # A count of exactly 1 half the time: a release batch then brings the block to 0
-            # without the solver having to take the rarely-tried side of ``ref_cnt == 0``.
-            one = choose.coin()
-            ref_cnt[b] = 1 if one else choose.symbolic_count(f"_ref{b}", at_least=2)
+            ref_cnt[b] = choose.symbolic_count(f"_ref{b}", at_least=1)
         else:
             free.append(b)
     queue = choose.shuffled(free)

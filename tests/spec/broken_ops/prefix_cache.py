@@ -10,7 +10,7 @@ from kvpool.spec import preconditions as pre
 from kvpool.spec.contracts import contract_of
 from kvpool.spec.ops import Outcome, _EventSink, _raise_if
 from kvpool.spec.records import ClearedRecord, PartialStoredRecord, StoredRecord
-from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, GroupIds, PoolState, replace_at
+from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, PoolState, replace_at
 
 
 def _cache_full_blocks(state, block_hashes, block_ids, num_cached, num_full, block_size,
@@ -180,7 +180,7 @@ def reset_prefix_cache_ignores_held_blocks(state: PoolState) -> Outcome:
 
 @contract_of("get_cached_block")
 def get_cached_block_returns_newest_duplicate(
-    state: PoolState, block_hash: bytes, group_ids: GroupIds
+    state: PoolState, block_hash: bytes, group_ids: tuple[int, ...]
 ) -> Outcome:
     """Under a key with several blocks, the newest one answers instead of the earliest."""
     _raise_if(pre.get_cached_block_rejection(state, block_hash, group_ids))
