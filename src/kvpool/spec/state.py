@@ -42,6 +42,34 @@ Only its precondition contract uses it: the operation contract keeps symbolic gr
 which the solver lines a group up with a key of the state (measured: a hit on the newest
 duplicate found in 68 paths with them, not in 1,241 with drawn groups)."""
 
+# The argument types of the focused contracts (kvpool.spec.focused_contracts): plain values at
+# runtime, their own names only so that the CrossHair plugin draws each from a small domain.
+
+ReleasedBatch = NewType("ReleasedBatch", tuple[int, ...])
+"""Two to four distinct held non-null blocks (a batch each of whose blocks a release empties)."""
+
+KeyedBatch = NewType("KeyedBatch", tuple[int, ...])
+"""Two to four distinct blocks that carry a primary key."""
+
+PopCount = NewType("PopCount", int)
+"""A number of blocks to pop: two up to the length of the free queue."""
+
+CachedHash = NewType("CachedHash", bytes)
+"""A block hash that the keys of a built state use."""
+
+HitGroups = NewType("HitGroups", tuple[int, ...])
+"""Two to four group ids among the key alphabet's groups (0 and 1), repeats allowed."""
+
+BlockId = NewType("BlockId", int)
+"""One block id: an id of the pool, or one of the two just outside it (-1, ``num_blocks``)."""
+
+CacheFullCall = NewType("CacheFullCall", tuple)
+"""The arguments of one well-formed ``cache_full_blocks`` call after ``state``, as a tuple
+(hashes, ids, num_cached, num_full, block_size, group_id, mask)."""
+
+CacheFullProbe = NewType("CacheFullProbe", tuple)
+"""A ``CacheFullCall`` with at most one of its parts broken (one §12 row at a time)."""
+
 
 @dataclass(frozen=True)
 class PoolState:

@@ -38,7 +38,20 @@ from crosshair.statespace import StateSpace, context_statespace
 from crosshair.tracers import NoTracing, ResumedTracing
 
 from kvpool.keys import MAX_GROUP_ID, key_group, pack_key
-from kvpool.spec.state import BlockIds, GroupIds, PoolState
+from kvpool.spec.state import (
+    NULL_BLOCK_ID,
+    BlockId,
+    BlockIds,
+    CachedHash,
+    CacheFullCall,
+    CacheFullProbe,
+    GroupIds,
+    HitGroups,
+    KeyedBatch,
+    PoolState,
+    PopCount,
+    ReleasedBatch,
+)
 
 MAX_BLOCKS = 5
 """Largest pool built: the null block and four real blocks."""
@@ -85,6 +98,25 @@ class _Chooser:
                 return option
             left -= weight
         return options[-1]
+
+    def pick_balanced(self, options: tuple, weights: tuple[float, ...] | None = None):
+        """One of ``options`` as a balanced tree of coins (depth log2 of their number).
+
+        :meth:`pick` is a chain: its last option sits behind ``len - 1`` coins, and once the
+        search re-weights the coins of a well-explored chain towards even odds, that option is
+        reached a few times in a thousand paths. Here every option sits behind about
+        ``log2(len)`` coins. (The state creator keeps :meth:`pick`: changing its choices would
+        move every existing search, measured and tested as they are.)
+        """
+        weights = weights or (1.0,) * len(options)
+        while len(options) > 1:
+            half = len(options) // 2
+            left = sum(weights[:half])
+            if self.coin(left / (left + sum(weights[half:]))):
+                options, weights = options[:half], weights[:half]
+            else:
+                options, weights = options[half:], weights[half:]
+        return options[0]
 
     def shuffled(self, items: list[int]) -> tuple[int, ...]:
         """``items`` in any order: each one inserted at a uniformly chosen position."""
@@ -240,10 +272,195 @@ def make_group_ids(factory: SymbolicFactory, *_type_args: object) -> tuple[int, 
     return _batch(choose, lambda: choose.pick(_GROUPS, _GROUP_WEIGHTS))
 
 
+# ---------------------------------------------------------------------------------------------
+# The focused contracts' arguments (kvpool.spec.focused_contracts): small concrete domains
+# ---------------------------------------------------------------------------------------------
+
+
+def _state() -> PoolState:
+    if _LAST_STATE is None:  # no state argument built first: nothing to fit the ids to
+        raise IgnoreAttempt
+    return _LAST_STATE
+
+
+def _is_free(state: PoolState, block_id: int) -> bool:
+    # A free block's count is the concrete 0; a held one's is symbolic (never compared here).
+    r = state.ref_cnt[block_id]
+    return type(r) is int and r == 0
+
+
+def _held(state: PoolState) -> list[int]:
+    return [b for b in range(1, state.num_blocks) if not _is_free(state, b)]
+
+
+def _distinct(choose: _Chooser, pool: list[int]) -> tuple[int, ...]:
+    """Two to four distinct members of ``pool`` (at most all of it), in any order."""
+    if len(pool) < 2:
+        raise IgnoreAttempt
+    count = choose.pick_balanced(tuple(range(2, min(4, len(pool)) + 1)))
+    out: list[int] = []
+    for _ in range(count):
+        out.append(choose.pick_balanced(tuple(b for b in pool if b not in out)))
+    return tuple(out)
+
+
+def make_released_batch(factory: SymbolicFactory, *_type_args: object) -> tuple[int, ...]:
+    state = _state()
+    return _distinct(_Chooser(factory), _held(state))
+
+
+def make_keyed_batch(factory: SymbolicFactory, *_type_args: object) -> tuple[int, ...]:
+    state = _state()
+    keyed = [b for b in range(1, state.num_blocks) if state.primary_key[b] is not None]
+    return _distinct(_Chooser(factory), keyed)
+
+
+def make_pop_count(factory: SymbolicFactory, *_type_args: object) -> int:
+    queued = len(_state().free_queue)
+    if queued < 2:
+        raise IgnoreAttempt
+    return _Chooser(factory).pick_balanced(tuple(range(2, queued + 1)))
+
+
+BLOCK_HASHES: tuple[bytes, ...] = (b"\x01", b"\x02", b"\x03")
+"""The block hashes of ``KEY_ALPHABET``: drawn hashes meet the keys a built state holds."""
+
+
+def make_cached_hash(factory: SymbolicFactory, *_type_args: object) -> bytes:
+    # Favour a hash that several of the state's keys use (a hit in both groups).
+    keys = _state().cache
+    weights = tuple(1.0 + sum(pack_key(h, g) in keys for g in (0, 1)) ** 2 for h in BLOCK_HASHES)
+    return _Chooser(factory).pick_balanced(BLOCK_HASHES, weights)
+
+
+def make_hit_groups(factory: SymbolicFactory, *_type_args: object) -> tuple[int, ...]:
+    choose = _Chooser(factory)
+    count = choose.pick_balanced((2, 3, 4), (0.6, 0.25, 0.15))
+    return tuple(choose.pick_balanced((0, 1)) for _ in range(count))
+
+
+def make_block_id(factory: SymbolicFactory, *_type_args: object) -> int:
+    state = _state()
+    choose = _Chooser(factory)
+    n = state.num_blocks
+    if choose.coin(OUT_OF_RANGE_PROBABILITY):
+        return choose.pick_balanced((-1, n))
+    weights = tuple(1.0 if _is_free(state, b) else HELD_WEIGHT for b in range(n))
+    return choose.pick_balanced(tuple(range(n)), weights)
+
+
+_PROBES = ("none", "group", "negative_cached", "negative_full", "no_op", "block_size",
+           "table_short", "mask_length", "hashes_short", "out_of_range", "repeat", "free",
+           "keyed")
+"""How a ``CacheFullProbe`` breaks its well-formed call: not at all, or one §12 row's way."""
+
+
+def _cache_full_call(choose: _Chooser, state: PoolState, min_candidates: int = 1) -> list:
+    """A well-formed call: counts, size, mask and hashes fit; candidates distinct held blocks
+    (or null). Whether a candidate's existing key covers too much is left to the solver."""
+    n, hbs = state.num_blocks, state.hash_block_size
+    held = _held(state)
+    length = choose.pick_balanced((1, 2, 3, 4)[min_candidates - 1:])
+    num_full = choose.pick_balanced(tuple(range(min_candidates, length + 1)))
+    num_cached = choose.pick_balanced(tuple(range(num_full - min_candidates + 1)))
+    ratio = choose.pick_balanced((1, 2), (0.7, 0.3))
+    ids: list[int] = []
+    for k in range(length):
+        if num_cached <= k < num_full:
+            options = tuple(b for b in held if b not in ids[num_cached:]) + (NULL_BLOCK_ID,)
+            weights = tuple(HELD_WEIGHT for _ in options[:-1]) + (1.0,)
+            ids.append(choose.pick_balanced(options, weights))
+        else:
+            ids.append(choose.pick_balanced(tuple(range(n))))
+    mask = None
+    if choose.coin(0.3):
+        mask = tuple(choose.coin(0.75) for _ in range(num_full - num_cached))
+    hashes = tuple(choose.pick_balanced(BLOCK_HASHES) for _ in range(num_full * ratio))
+    group = choose.pick_balanced((0, 1))
+    return [hashes, tuple(ids), num_cached, num_full, hbs * ratio, group, mask]
+
+
+def _break(choose: _Chooser, state: PoolState, call: list, how: str) -> list:
+    hashes, ids, num_cached, num_full, block_size, group, mask = call
+    ids = list(ids)
+    candidates = range(num_cached, num_full)
+    if how == "group":
+        group = choose.pick_balanced((-1, MAX_GROUP_ID + 1, True))
+    elif how == "negative_cached":
+        num_cached = -1
+    elif how == "negative_full":
+        num_full = -1
+    elif how == "no_op":
+        num_cached = num_full + choose.pick_balanced((0, 1))
+    elif how == "block_size":
+        hbs = state.hash_block_size
+        block_size = choose.pick_balanced((0, -hbs) + ((hbs + 1,) if hbs > 1 else ()))
+    elif how == "table_short":
+        ids = ids[: num_full - 1]
+    elif how == "mask_length":
+        mask = (mask or (True,) * (num_full - num_cached)) + (True,)
+        if choose.coin():
+            mask = mask[:-2]
+    elif how == "hashes_short":
+        hashes = hashes[:-1]
+    elif how == "out_of_range":
+        ids[choose.pick_balanced(tuple(candidates))] = choose.pick_balanced((-1, state.num_blocks))
+    elif how == "repeat":  # the call was drawn with two candidates or more
+        k, j = choose.pick_balanced(tuple((k, j) for k in candidates for j in candidates
+                                          if j < k))
+        if ids[j] == NULL_BLOCK_ID:
+            held = _held(state)
+            if not held:
+                raise IgnoreAttempt
+            ids[j] = choose.pick_balanced(tuple(held))
+        ids[k] = ids[j]
+        if mask is not None:
+            mask = tuple(True for _ in mask)
+    elif how in ("free", "keyed"):
+        k = choose.pick_balanced(tuple(candidates))
+        if how == "free":
+            pool = tuple(b for b in range(1, state.num_blocks) if _is_free(state, b))
+        else:
+            pool = tuple(b for b in range(1, state.num_blocks)
+                         if state.primary_key[b] is not None)
+        if not pool:
+            raise IgnoreAttempt
+        ids[k] = choose.pick_balanced(pool)
+        if mask is not None:
+            mask = tuple(True for _ in mask)
+    return [hashes, tuple(ids), num_cached, num_full, block_size, group, mask]
+
+
+def make_cache_full_call(factory: SymbolicFactory, *_type_args: object) -> tuple:
+    state = _state()
+    if not state.enable_caching:  # every call is refused: nothing for this contract to check
+        raise IgnoreAttempt
+    return tuple(_cache_full_call(_Chooser(factory), state))
+
+
+def make_cache_full_probe(factory: SymbolicFactory, *_type_args: object) -> tuple:
+    state = _state()
+    choose = _Chooser(factory)
+    how = choose.pick_balanced(_PROBES)
+    call = _cache_full_call(choose, state, min_candidates=2 if how == "repeat" else 1)
+    return tuple(_break(choose, state, call, how))
+
+
 def _report_count() -> None:
     # Read by kvpool.verify.crosshair_check: CrossHair prints no iteration count unless -v.
     print(f"kvpool-crosshair: states_built={STATES_BUILT}", file=sys.stderr)
 
+
+_FOCUSED_CREATORS = {
+    ReleasedBatch: make_released_batch,
+    KeyedBatch: make_keyed_batch,
+    PopCount: make_pop_count,
+    CachedHash: make_cached_hash,
+    HitGroups: make_hit_groups,
+    BlockId: make_block_id,
+    CacheFullCall: make_cache_full_call,
+    CacheFullProbe: make_cache_full_probe,
+}
 
 _registered = False
 
@@ -255,6 +472,8 @@ def register() -> None:
         register_type(PoolState, make_pool_state)
         register_type(BlockIds, make_block_ids)
         register_type(GroupIds, make_group_ids)
+        for kind, make in _FOCUSED_CREATORS.items():
+            register_type(kind, make)
         tune_search()
         atexit.register(_report_count)
         _registered = True

@@ -53,19 +53,46 @@ class Plant:
     old: str
     new: str
     contract: str
+    """The large contract of the verb (``kvpool.spec.contracts`` / ``precondition_contracts``)."""
+    focused: str = ""
+    """The focused contract aimed at this row (``kvpool.spec.focused_contracts``), if any."""
+
+    @property
+    def contracts(self) -> tuple[str, ...]:
+        """Every contract of ``kvpool contracts`` searched for this plant, in this order."""
+        return (self.contract,) + ((self.focused,) if self.focused else ())
 
     @property
     def budget_s(self) -> float:
-        is_precondition = self.contract.endswith("_rejection")
-        return CI_PRECONDITION_BUDGET_S if is_precondition else CI_OPERATION_BUDGET_S
+        return ci_budget(self.contract)
+
+
+def ci_budget(contract: str) -> float:
+    """A contract's CPU budget in CI: precondition contracts (``<op>_rejection…``) get less."""
+    is_precondition = "_rejection" in contract
+    return CI_PRECONDITION_BUDGET_S if is_precondition else CI_OPERATION_BUDGET_S
+
+
+FOCUSED = {
+    "free_blocks": "free_blocks_releasing",
+    "unpin_blocks": "unpin_blocks_releasing",
+    "evict_blocks": "evict_blocks_keyed",
+    "get_new_blocks": "get_new_blocks_evicting",
+    "get_cached_block": "get_cached_block_hits",
+    "cache_full_blocks": "cache_full_blocks_call",
+    "cache_full_blocks_rejection": "cache_full_blocks_rejection_probe",
+    "move_block_hashes_rejection": "move_block_hashes_rejection_drawn",
+}
+"""The focused contract (``kvpool.spec.focused_contracts``) searched after a large one."""
 
 
 def _refusal(name: str, row: str, old: str, new: str, contract: str) -> Plant:
-    return Plant(name, "refusal", row, "preconditions.py", old, new, contract)
+    return Plant(name, "refusal", row, "preconditions.py", old, new, contract,
+                 FOCUSED.get(contract, ""))
 
 
 def _order(name: str, row: str, old: str, new: str, contract: str, module: str = "ops.py") -> Plant:
-    return Plant(name, "order", row, module, old, new, contract)
+    return Plant(name, "order", row, module, old, new, contract, FOCUSED.get(contract, ""))
 
 
 _FREE_RANGE = "return bad_block_id(state, block_ids) or over_release(state, block_ids)"
@@ -233,14 +260,45 @@ UNPLANTED_ROWS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class PlantResult:
-    plant: Plant
+class Search:
+    """One contract searched on a planted spec."""
+
+    contract: str
+    budget_s: float
     status: str
     """``found`` (a counterexample), ``missed`` (searched to its budget, none), or the
     contract's status when the search gave no verdict (``not-finished``, ``error``)."""
     states_built: int | None
     seconds: float
     broken: str = ""
+
+
+@dataclass(frozen=True)
+class PlantResult:
+    plant: Plant
+    searches: tuple[Search, ...]
+    """The plant's contracts in order, up to the first that found it."""
+
+    @property
+    def status(self) -> str:
+        """``found`` if some contract found the plant, else the last search's status."""
+        return "found" if self.found_by else self.searches[-1].status
+
+    @property
+    def found_by(self) -> str:
+        return next((s.contract for s in self.searches if s.status == "found"), "")
+
+    @property
+    def states_built(self) -> int | None:
+        return self.searches[-1].states_built
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.searches)
+
+    @property
+    def broken(self) -> str:
+        return self.searches[-1].broken
 
 
 def planted_source(plant: Plant) -> str:
@@ -263,14 +321,25 @@ def planted_package(plant: Plant, into: Path) -> Path:
     return root
 
 
-def check_plant(plant: Plant, budget_s: float | None = None) -> PlantResult:
-    """Run the plant's contract on a planted copy of the spec, at the CI budget by default."""
+def check_plant(plant: Plant, budget_s: float | None = None,
+                contracts: tuple[str, ...] | None = None) -> PlantResult:
+    """Search the plant's contracts (``contracts``: by default the large one, then the focused
+    one) on a planted copy of the spec, each at its CI budget unless ``budget_s``; stop at the
+    first that finds it."""
+    searches: list[Search] = []
     with tempfile.TemporaryDirectory(prefix="kvpool-plant-") as tmp:
         root = planted_package(plant, Path(tmp))
-        result = check_one(plant.contract, budget_s or plant.budget_s, pythonpath=[root])
-    status = {"counterexample": "found", "checked": "missed"}.get(result.status, result.status)
-    broken = (result.explanations[0] or "") if result.explanations else ""
-    return PlantResult(plant, status, result.states_built, result.seconds, broken)
+        for contract in contracts or plant.contracts:
+            budget = budget_s or ci_budget(contract)
+            result = check_one(contract, budget, pythonpath=[root])
+            status = {"counterexample": "found", "checked": "missed"}.get(result.status,
+                                                                           result.status)
+            broken = (result.explanations[0] or "") if result.explanations else ""
+            searches.append(Search(contract, budget, status, result.states_built,
+                                   result.seconds, broken))
+            if status == "found":
+                break
+    return PlantResult(plant, tuple(searches))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="run this plant only (repeatable)")
     parser.add_argument("--budget", type=float, default=None, metavar="S",
                         help="CPU seconds per plant (default: the CI budget of its contract)")
+    parser.add_argument("--contract", action="append", metavar="NAME", default=None,
+                        help="search this contract instead of the plant's own (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the plants and exit")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -289,26 +360,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.list:
         for p in plants:
-            print(f"{p.name:60} {p.kind:8} {p.contract}")
+            print(f"{p.name:60} {p.kind:8} {' then '.join(p.contracts)}")
         return 0
+    contracts = tuple(args.contract) if args.contract else None
     results = []
     for plant in plants:
-        result = check_plant(plant, args.budget)
+        result = check_plant(plant, args.budget, contracts)
         results.append(result)
-        print(f"[{len(results)}/{len(plants)}] {result.status:13} {plant.name}  "
-              f"({plant.contract}, {result.states_built} paths, {result.seconds:.1f} s)",
+        tried = ", ".join(f"{s.contract}: {s.status} in {s.states_built} paths, "
+                          f"{s.seconds:.1f} s" for s in result.searches)
+        print(f"[{len(results)}/{len(plants)}] {result.status:8} {plant.name}  ({tried})",
               file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([{"plant": r.plant.name, "kind": r.plant.kind, "row": r.plant.row,
-                           "contract": r.plant.contract, "budget_s": args.budget or
-                           r.plant.budget_s, "status": r.status, "paths": r.states_built,
-                           "seconds": round(r.seconds, 1), "broken": r.broken}
+                           "status": r.status, "found_by": r.found_by,
+                           "searches": [{"contract": s.contract, "budget_s": s.budget_s,
+                                         "status": s.status, "paths": s.states_built,
+                                         "seconds": round(s.seconds, 1), "broken": s.broken}
+                                        for s in r.searches]}
                           for r in results], indent=2))
     else:
         for r in results:
-            print(f"| {r.plant.row} | `{r.plant.name}` | `{r.plant.contract}` | "
-                  f"{args.budget or r.plant.budget_s:g} s | {r.status} | {r.states_built} | "
-                  f"{r.seconds:.0f} s |")
+            cells = "; ".join(f"`{s.contract}` ({s.budget_s:g} s): "
+                              f"{'**found**' if s.status == 'found' else s.status}, "
+                              f"{s.states_built} paths" for s in r.searches)
+            print(f"| {r.plant.kind} | {r.plant.row} | `{r.plant.name}` | {cells} | "
+                  f"{'**found**' if r.status == 'found' else 'not found'} |")
     return 0 if all(r.status == "found" for r in results) else 1
 
 
