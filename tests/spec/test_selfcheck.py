@@ -2,8 +2,8 @@
 
 Each plant weakens one §12 refusal of a batch verb, or one batch-order postcondition, in a copy
 of the spec. The default run checks that every plant still applies and searches a few of
-them at the CI budget (about 10 s of CPU each); ``-m slow`` searches all of them, which is
-the table in ``docs/contracts.md`` (several minutes).
+them at the CI budget (issue 24's two blind spots with their focused contracts); ``-m slow``
+searches all of them, which is the table in ``docs/contracts.md`` (about ten minutes).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ QUICK = (
     "unpin_blocks.new_watchers_first",
 )
 
-NOT_YET_FOUND = (
-    # issue 24's two blind spots: not found at the CI budget yet (docs/contracts.md says why)
+BLIND_SPOTS = (
+    # issue 24's two: missed by the large contracts at the CI budget, found by the focused ones
     "free_blocks.front_order_reversed",
     "cache_full_blocks.accepts_a_repeated_block",
 )
@@ -63,13 +63,24 @@ def test_kvpool_contracts_finds_the_planted_batch_bug_at_the_ci_budget(name):
     assert result.status == "found", result
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open: not reached at the CI budget")
-@pytest.mark.parametrize("name", NOT_YET_FOUND)
-def test_the_known_blind_spots_are_still_missed(name):
-    # strict: once the search finds one, move it to QUICK
-    result = check_plant(BY_NAME[name])
+@pytest.mark.parametrize("name", BLIND_SPOTS)
+def test_the_focused_contract_finds_the_blind_spot_at_the_ci_budget(name):
+    plant = BY_NAME[name]
+    result = check_plant(plant, contracts=(plant.focused,))
     assert result.status == "found", result
+    assert result.found_by == plant.focused
+    if plant.kind == "refusal":  # explain reads the focused contract's call tuple back
+        assert "§12 rows: InvalidArgument" in result.broken, result.broken
+    else:
+        assert "free_blocks_post clause false: after.free_queue ==" in result.broken, result
+
+
+def test_every_plant_the_large_contract_may_miss_has_a_focused_contract():
+    from kvpool.verify.crosshair_check import focused_contract_names
+
+    for name in BLIND_SPOTS:
+        assert BY_NAME[name].focused in focused_contract_names()
+    assert {p.focused for p in PLANTS if p.focused} <= set(focused_contract_names())
 
 
 @pytest.mark.slow
