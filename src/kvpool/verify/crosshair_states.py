@@ -20,6 +20,12 @@ Left symbolic, a batch of two ids that name two suitable blocks, or the same blo
 a rarity (a reversed free-queue batch took ~480 paths to find, a refusal of a repeated block
 none in the CI budget); here it is one choice among a few.
 
+A third set of creators draws the arguments of the focused contracts
+(:mod:`kvpool.spec.focused_contracts`) from small concrete domains: batches a release empties,
+keyed batches, pop counts, hashes of the key alphabet, whole ``cache_full_blocks`` calls and
+one-row probes of them, single ids. They choose with balanced trees of coins
+(:meth:`_Chooser.pick_balanced`), so that no option sits behind a long chain of coins.
+
 Within these bounds every state that satisfies the invariants can be produced (the alphabet
 is a bound on how many *distinct* keys a state holds; operations only compare keys). The
 contracts still *require* every invariant, so a creator bug can only hide states, never let an
@@ -340,13 +346,13 @@ def make_hit_groups(factory: SymbolicFactory, *_type_args: object) -> tuple[int,
 
 
 def make_block_id(factory: SymbolicFactory, *_type_args: object) -> int:
+    """One id of this pool (free and held alike: a refusal may need either), or -1 / N."""
     state = _state()
     choose = _Chooser(factory)
     n = state.num_blocks
     if choose.coin(OUT_OF_RANGE_PROBABILITY):
         return choose.pick_balanced((-1, n))
-    weights = tuple(1.0 if _is_free(state, b) else HELD_WEIGHT for b in range(n))
-    return choose.pick_balanced(tuple(range(n)), weights)
+    return choose.pick_balanced(tuple(range(n)))  # free and held alike: both matter here
 
 
 _PROBES = ("none", "group", "negative_cached", "negative_full", "no_op", "block_size",
