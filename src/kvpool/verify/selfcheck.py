@@ -4,14 +4,16 @@
 notice. This module asks the same of *CrossHair*, for the bugs the contracts are there to
 catch: for each refusal row of BEHAVIOUR.md §12 that a batch verb raises, and for each
 postcondition about the order of a batch (the free queue, events, watchers), it plants one
-hand-written weakening, a *plant*, in a copy of the spec and runs the contract that must find
-it at the CI budget (``.ci/run``: 10 CPU seconds per operation contract, 4 per precondition
-contract). A plant is a text replacement in one module of ``spec/`` that must match exactly
-once, so a plant that no longer applies fails loudly instead of testing nothing.
+hand-written weakening, a *plant*, in a copy of the spec and searches, at the CI budget
+(``.ci/run``: 10 CPU seconds per operation contract, 4 per precondition contract), the verb's
+large contract and, if that misses it, the focused contract aimed at it
+(:mod:`kvpool.spec.focused_contracts`): found by either is found by ``kvpool contracts``.
+A plant is a text replacement in one module of ``spec/`` that must match exactly once, so a
+plant that no longer applies fails loudly instead of testing nothing.
 
 Run::
 
-    python -m kvpool.verify.selfcheck                  # every plant, a table (minutes)
+    python -m kvpool.verify.selfcheck                  # every plant, a table (~6 minutes)
     python -m kvpool.verify.selfcheck --only free_blocks.front_order_reversed --json
 
 Exit 0 when every plant is found. ``docs/contracts.md`` has the table of a full run and the
