@@ -43,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=2, help="contracts checked in parallel")
     parser.add_argument(
         "--only", action="append", metavar="NAME", default=None,
-        help="check only this contract (an operation, or <op>_rejection); repeatable",
+        help="check only this contract (an operation, <op>_rejection, or a focused "
+        "contract such as free_blocks_releasing); repeatable",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)

@@ -53,7 +53,7 @@ from kvpool.spec.postconditions import (
     touch_post,
     unpin_blocks_post,
 )
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState
+from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, PoolState
 
 F = TypeVar("F", bound=Callable)
 
@@ -298,17 +298,17 @@ def get_new_blocks(state: PoolState, num_blocks: int) -> Outcome:
 
 
 @contract_of("touch")
-def touch(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def touch(state: PoolState, block_ids: BlockIds) -> Outcome:
     return ops.touch(state, block_ids)
 
 
 @contract_of("free_blocks")
-def free_blocks(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def free_blocks(state: PoolState, block_ids: BlockIds) -> Outcome:
     return ops.free_blocks(state, block_ids)
 
 
 @contract_of("unpin_blocks")
-def unpin_blocks(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def unpin_blocks(state: PoolState, block_ids: BlockIds) -> Outcome:
     return ops.unpin_blocks(state, block_ids)
 
 
@@ -321,7 +321,7 @@ def get_cached_block(state: PoolState, block_hash: bytes, group_ids: tuple[int, 
 def cache_full_blocks(
     state: PoolState,
     block_hashes: tuple[bytes, ...],
-    block_ids: tuple[int, ...],
+    block_ids: BlockIds,
     num_cached: int,
     num_full: int,
     block_size: int,
@@ -354,7 +354,7 @@ def move_block_hashes(state: PoolState, src: int, dst: int) -> Outcome:
 
 
 @contract_of("evict_blocks")
-def evict_blocks(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def evict_blocks(state: PoolState, block_ids: BlockIds) -> Outcome:
     return ops.evict_blocks(state, block_ids)
 
 

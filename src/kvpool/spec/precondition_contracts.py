@@ -12,9 +12,11 @@ ensures that
 * otherwise its error is an instance of one of the rows that apply (a call breaking two rows
   may report either; the precondition's fixed check order picks one).
 
-Arguments are fully symbolic under CrossHair (no ``given`` facts), so invalid ids, counts,
-groups, masks and sizes are explored as much as valid ones. ``reset_prefix_cache`` has no
-invalid input and no row.
+No ``given`` facts here: invalid counts, groups, masks and sizes stay fully symbolic and
+are explored as much as valid ones. Batches of ids (``BlockIds``, ``GroupIds``) come from the
+verifier's batch creator, which names the pool's blocks, repeats ids and reaches -1 and
+``num_blocks`` (the ids just out of range), so a refusal of a repeated id is searched as
+readily as one of a single id. ``reset_prefix_cache`` has no invalid input and no row.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from kvpool.errors import (
 from kvpool.keys import MAX_GROUP_ID
 from kvpool.spec import preconditions as pre
 from kvpool.spec.invariants import all_invariants_hold
-from kvpool.spec.state import MAX_REF_CNT, NULL_BLOCK_ID, PoolState
+from kvpool.spec.state import MAX_REF_CNT, NULL_BLOCK_ID, BlockIds, GroupIds, PoolState
 
 Rows = tuple[type[KvPoolError], ...]
 
@@ -131,21 +133,31 @@ def cache_full_blocks_invalid_rows(
     candidates = block_ids[num_cached:num_full]
     if _out_of_range(state, candidates):
         return (InvalidBlockId,)
-    keyed = [
+    keyed = tuple(
         (num_cached + i, b)
         for i, b in enumerate(candidates)
         if b != NULL_BLOCK_ID and (mask is None or mask[i])
-    ]
+    )
     rows: Rows = ()
-    if len({b for _, b in keyed}) != len(keyed):
-        rows += (InvalidArgument,)  # one block cached at two positions
-    if any(
-        state.ref_cnt[b] == 0
-        or (state.primary_tokens[b] is not None and state.primary_tokens[b] >= (k + 1) * block_size)
-        for k, b in keyed
-    ):
-        rows += (HashStateError,)  # a free block, or one already keyed that far
+    if _one_block_at_two_positions(keyed):
+        rows += (InvalidArgument,)
+    if any(state.ref_cnt[b] == 0 or _keyed_that_far(state, b, (k + 1) * block_size)
+           for k, b in keyed):
+        rows += (HashStateError,)
     return rows
+
+
+def _one_block_at_two_positions(keyed: tuple[tuple[int, int], ...]) -> bool:
+    """§12: a block named twice among the blocks to cache (it cannot hold two positions)."""
+    ids = [b for _, b in keyed]
+    return any(ids.count(b) > 1 for b in ids)
+
+
+def _keyed_that_far(state: PoolState, block_id: int, tokens: int) -> bool:
+    """§12: the block already has a primary covering ``tokens`` or more (the target key, or a
+    longer one): caching it again would shrink or repeat its entry."""
+    held = state.primary_tokens[block_id]
+    return held is not None and held >= tokens
 
 
 def cache_partial_block_invalid_rows(
@@ -275,23 +287,23 @@ def get_new_blocks_rejection(state: PoolState, num_blocks: int) -> KvPoolError |
 
 
 @precondition_contract_of("touch")
-def touch_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def touch_rejection(state: PoolState, block_ids: BlockIds) -> KvPoolError | None:
     return pre.touch_rejection(state, block_ids)
 
 
 @precondition_contract_of("free_blocks")
-def free_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def free_blocks_rejection(state: PoolState, block_ids: BlockIds) -> KvPoolError | None:
     return pre.free_blocks_rejection(state, block_ids)
 
 
 @precondition_contract_of("unpin_blocks")
-def unpin_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def unpin_blocks_rejection(state: PoolState, block_ids: BlockIds) -> KvPoolError | None:
     return pre.unpin_blocks_rejection(state, block_ids)
 
 
 @precondition_contract_of("get_cached_block")
 def get_cached_block_rejection(
-    state: PoolState, block_hash: bytes, group_ids: tuple[int, ...]
+    state: PoolState, block_hash: bytes, group_ids: GroupIds
 ) -> KvPoolError | None:
     return pre.get_cached_block_rejection(state, block_hash, group_ids)
 
@@ -300,7 +312,7 @@ def get_cached_block_rejection(
 def cache_full_blocks_rejection(
     state: PoolState,
     block_hashes: tuple[bytes, ...],
-    block_ids: tuple[int, ...],
+    block_ids: BlockIds,
     num_cached: int,
     num_full: int,
     block_size: int,
@@ -332,7 +344,7 @@ def move_block_hashes_rejection(state: PoolState, src: int, dst: int) -> KvPoolE
 
 
 @precondition_contract_of("evict_blocks")
-def evict_blocks_rejection(state: PoolState, block_ids: tuple[int, ...]) -> KvPoolError | None:
+def evict_blocks_rejection(state: PoolState, block_ids: BlockIds) -> KvPoolError | None:
     return pre.evict_blocks_rejection(state, block_ids)
 
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 CONTRACTS_MODULE = "kvpool.spec.contracts"
 PRECONDITION_MODULE = "kvpool.spec.precondition_contracts"
+FOCUSED_MODULE = "kvpool.spec.focused_contracts"
 PLUGIN = Path(__file__).with_name("crosshair_plugin.py")
 
 PER_PATH_TIMEOUT_S = 10.0
@@ -170,9 +171,27 @@ def precondition_contract_names() -> list[str]:
     return list(PRECONDITION_CONTRACTS)
 
 
+def focused_contract_names() -> list[str]:
+    """The focused contracts (:mod:`kvpool.spec.focused_contracts`): operations first."""
+    from kvpool.spec.focused_contracts import (
+        FOCUSED_OPERATION_CONTRACTS,
+        FOCUSED_PRECONDITION_CONTRACTS,
+    )
+
+    return list(FOCUSED_OPERATION_CONTRACTS + FOCUSED_PRECONDITION_CONTRACTS)
+
+
+def _precondition_budgeted() -> set[str]:
+    """Contracts searched for the precondition budget: every ``<op>_rejection*``."""
+    from kvpool.spec.focused_contracts import FOCUSED_PRECONDITION_CONTRACTS
+
+    return set(precondition_contract_names()) | set(FOCUSED_PRECONDITION_CONTRACTS)
+
+
 def contract_names() -> list[str]:
-    """Every contract ``kvpool contracts`` checks: operations, then preconditions."""
-    return operation_contract_names() + precondition_contract_names()
+    """Every contract ``kvpool contracts`` checks: operations, preconditions, then the
+    focused contracts."""
+    return operation_contract_names() + precondition_contract_names() + focused_contract_names()
 
 
 def _qualify(target: str) -> str:
@@ -182,6 +201,8 @@ def _qualify(target: str) -> str:
         return target
     if target in precondition_contract_names():
         return f"{PRECONDITION_MODULE}.{target}"
+    if target in focused_contract_names():
+        return f"{FOCUSED_MODULE}.{target}"
     return f"{CONTRACTS_MODULE}.{target}"
 
 
@@ -281,7 +302,7 @@ def run_contracts(
     ``workers`` at a time. ``on_progress(done, total)`` is called as each contract finishes.
     """
     names = list(targets) if targets is not None else contract_names()
-    preconditions = set(precondition_contract_names())
+    preconditions = _precondition_budgeted()
     pre_budget = precondition_timeout or per_condition_timeout
     start = time.monotonic()
     deadline = None if timeout_s is None else start + timeout_s

@@ -146,23 +146,25 @@ def explain(target: str, message: str, pythonpath: Sequence[str | os.PathLike] =
     if parsed is None:
         return None
     _, args, value = parsed
+    fn = _target_function(target, pythonpath)
+    if getattr(fn, "kvpool_call_tuple", False) and len(args) == 2:
+        args = (args[0], *args[1])  # a focused contract's (state, call): the op's arguments
     if "rejects_exactly_the_invalid_rows" in message:
-        op = _precondition_op(target, pythonpath)
+        op = getattr(fn, "kvpool_precondition_of", None)
         return None if op is None else _explain_precondition(op, args, value)
     return _explain_operation(message, args, value)
 
 
-def _precondition_op(target: str, pythonpath: Sequence[str | os.PathLike]) -> str | None:
+def _target_function(target: str, pythonpath: Sequence[str | os.PathLike]) -> Any:
     module_name, _, name = target.rpartition(".")
     saved = list(sys.path)
     sys.path[:0] = [str(p) for p in pythonpath]
     try:
-        fn = getattr(importlib.import_module(module_name), name)
+        return getattr(importlib.import_module(module_name), name)
     except Exception:  # noqa: BLE001 - explanation only
         return None
     finally:
         sys.path[:] = saved
-    return getattr(fn, "kvpool_precondition_of", None)
 
 
 def _rows() -> dict:

@@ -8,7 +8,7 @@ from kvpool.spec import free_queue, hash_map
 from kvpool.spec import preconditions as pre
 from kvpool.spec.contracts import contract_of
 from kvpool.spec.ops import Outcome, _EventSink, _raise_if
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState
+from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, PoolState
 
 
 @contract_of("get_new_blocks")
@@ -48,7 +48,7 @@ def get_new_blocks_events_restart_at_zero(state: PoolState, num_blocks: int) -> 
 
 
 @contract_of("touch")
-def touch_leaves_hits_queued(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def touch_leaves_hits_queued(state: PoolState, block_ids: BlockIds) -> Outcome:
     """A prefix hit on a free cached block takes a reference but leaves it in the queue."""
     _raise_if(pre.touch_rejection(state, block_ids))
     ref_cnt = list(state.ref_cnt)
@@ -60,7 +60,7 @@ def touch_leaves_hits_queued(state: PoolState, block_ids: tuple[int, ...]) -> Ou
 
 
 @contract_of("free_blocks")
-def free_blocks_uncached_to_tail(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def free_blocks_uncached_to_tail(state: PoolState, block_ids: BlockIds) -> Outcome:
     """Every freed block goes to the tail: uncached blocks are no longer reused first."""
     _raise_if(pre.free_blocks_rejection(state, block_ids))
     ref_cnt = list(state.ref_cnt)
@@ -76,7 +76,7 @@ def free_blocks_uncached_to_tail(state: PoolState, block_ids: tuple[int, ...]) -
 
 
 @contract_of("free_blocks")
-def free_blocks_front_batch_reversed(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def free_blocks_front_batch_reversed(state: PoolState, block_ids: BlockIds) -> Outcome:
     """The front batch is prepended one block at a time, so it ends up in reverse order."""
     _raise_if(pre.free_blocks_rejection(state, block_ids))
     ref_cnt = list(state.ref_cnt)
@@ -96,7 +96,7 @@ def free_blocks_front_batch_reversed(state: PoolState, block_ids: tuple[int, ...
 
 
 @contract_of("unpin_blocks")
-def unpin_blocks_watches_only_released(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def unpin_blocks_watches_only_released(state: PoolState, block_ids: BlockIds) -> Outcome:
     """A watcher is registered only when the block's count reaches 0 (not on every unpin)."""
     _raise_if(pre.unpin_blocks_rejection(state, block_ids))
     ref_cnt = list(state.ref_cnt)

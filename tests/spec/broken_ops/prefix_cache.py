@@ -10,7 +10,7 @@ from kvpool.spec import preconditions as pre
 from kvpool.spec.contracts import contract_of
 from kvpool.spec.ops import Outcome, _EventSink, _raise_if
 from kvpool.spec.records import ClearedRecord, PartialStoredRecord, StoredRecord
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState, replace_at
+from kvpool.spec.state import NULL_BLOCK_ID, BlockIds, PoolState, replace_at
 
 
 def _cache_full_blocks(state, block_hashes, block_ids, num_cached, num_full, block_size,
@@ -52,7 +52,7 @@ def _promote(state, b, events):
 def cache_full_blocks_token_count_off_by_one(
     state: PoolState,
     block_hashes: tuple[bytes, ...],
-    block_ids: tuple[int, ...],
+    block_ids: BlockIds,
     num_cached: int,
     num_full: int,
     block_size: int,
@@ -71,7 +71,7 @@ def cache_full_blocks_token_count_off_by_one(
 def cache_full_blocks_promotion_keeps_old_key_in_table(
     state: PoolState,
     block_hashes: tuple[bytes, ...],
-    block_ids: tuple[int, ...],
+    block_ids: BlockIds,
     num_cached: int,
     num_full: int,
     block_size: int,
@@ -138,7 +138,7 @@ def move_block_hashes_moves_only_the_primary(state: PoolState, src: int, dst: in
 
 
 @contract_of("evict_blocks")
-def evict_blocks_forgets_secondaries(state: PoolState, block_ids: tuple[int, ...]) -> Outcome:
+def evict_blocks_forgets_secondaries(state: PoolState, block_ids: BlockIds) -> Outcome:
     """Eviction removes the primary entry only; secondary entries stay in the table."""
     _raise_if(pre.evict_blocks_rejection(state, block_ids))
     events = _EventSink(state)
