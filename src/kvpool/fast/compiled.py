@@ -45,9 +45,12 @@ Compile choices:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba
@@ -398,6 +401,33 @@ class KernelSet:
 
 _ENTRY_POINTS: dict[str, Callable[..., Any]] = {}
 
+CompileHook = Callable[[str, "float | None"], None]
+"""``hook(name, None)`` before a kernel that is not in the on-disk cache compiles,
+``hook(name, seconds)`` after any kernel compiled (rather than loaded from the cache)."""
+
+_COMPILE_HOOKS: list[CompileHook] = []
+
+
+@contextlib.contextmanager
+def compile_hook(hook: CompileHook) -> Iterator[None]:
+    """Call ``hook`` (:data:`CompileHook`) around every kernel compiled inside the block: a
+    command line shows what a first run on a cold cache is waiting for."""
+    _COMPILE_HOOKS.append(hook)
+    try:
+        yield
+    finally:
+        _COMPILE_HOOKS.remove(hook)
+
+
+def _on_disk(dispatcher: Any) -> bool:
+    """Whether Numba's disk cache holds an index for this kernel (its code is then loaded,
+    not compiled, unless the source changed since). Numba's own attributes; ``False`` if
+    they move."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:
+        return False
+
 
 def _compiled(name: str) -> Callable[..., Any]:
     entry = _ENTRY_POINTS.get(name)
@@ -408,12 +438,21 @@ def _compiled(name: str) -> Callable[..., Any]:
             entry = fn
         else:
             ret, args = SIGNATURES[name] if name in SIGNATURES else _handle_signatures()[name]
+            hooks = tuple(_COMPILE_HOOKS)
+            if hooks and not (name not in HANDLE_KERNELS and _on_disk(dispatcher)):
+                for hook in hooks:
+                    hook(name, None)
+            began = time.perf_counter()
             with warnings.catch_warnings():
                 # Inlining a helper's loop (_INLINED) trips a check that Numba itself calls
                 # "internal pedantic"; the compiled code is right (the twin tests compare it).
                 warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
                 entry = dispatcher.compile(ret(*args))
             dispatcher.disable_compile()
+            if hooks and not dispatcher.stats.cache_hits:
+                seconds = time.perf_counter() - began
+                for hook in hooks:
+                    hook(name, seconds)
         _ENTRY_POINTS[name] = entry
     return entry
 
@@ -431,8 +470,6 @@ def kernel_set(jit: bool = True) -> KernelSet:
 
 def compile_all() -> float:
     """Compile (or load from the cache) every kernel now; returns the seconds it took."""
-    import time
-
     start = time.perf_counter()
     ks = kernel_set(True)
     for name in (*SIGNATURES, *HANDLE_KERNELS):
