@@ -89,11 +89,15 @@ class BorrowedArray(nt.Array):
 
     def __init__(self, dtype: Any, ndim: int, layout: str, readonly: bool = False,
                  aligned: bool = True) -> None:
-        super().__init__(dtype, ndim, layout, readonly=readonly, aligned=aligned,
-                         name=f"borrowed({dtype}, {ndim}d, {layout}{', readonly' * readonly})")
+        # (numba's annotations: layout a Literal, no ``dtype: Any``)
+        super().__init__(  # type: ignore[call-overload]
+            dtype, ndim, layout, readonly=readonly, aligned=aligned,
+            name=f"borrowed({dtype}, {ndim}d, {layout}{', readonly' * readonly})")
 
-    def copy(self, dtype: Any = None, ndim: int | None = None, layout: str | None = None,
-             readonly: bool | None = None) -> BorrowedArray:
+    # numba annotates Array.copy with overloads on a Literal layout; this one takes any
+    def copy(  # type: ignore[override]
+            self, dtype: Any = None, ndim: int | None = None, layout: str | None = None,
+            readonly: bool | None = None) -> BorrowedArray:
         return BorrowedArray(self.dtype if dtype is None else dtype,
                              self.ndim if ndim is None else ndim,
                              self.layout if layout is None else layout,
@@ -113,7 +117,8 @@ class BorrowedArray(nt.Array):
 
     def unify(self, typingctx: Any, other: Any) -> Any:
         if isinstance(other, BorrowedArray):
-            unified = super().unify(typingctx, other)
+            # numba annotates Type.unify as returning a Type (it is an Array here)
+            unified: Any = super().unify(typingctx, other)
             if unified is not None:
                 return BorrowedArray(unified.dtype, unified.ndim, unified.layout,
                                      not unified.mutable, unified.aligned)
@@ -429,21 +434,45 @@ def _on_disk(dispatcher: Any) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _compile_lock(dispatcher: Any, name: str) -> Iterator[None]:
+    """Held while a disk-cached kernel is compiled or loaded: processes sharing Numba's cache
+    (test workers, engine processes starting together) compile each kernel once; the others
+    wait, then load it from the cache. A file lock in the cache directory (released by the
+    operating system if its holder dies); nothing where there is none (not POSIX, no cache
+    directory, Numba's attributes moved)."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(dispatcher._cache._cache_path, f"{name}.lock"),
+                     os.O_CREAT | os.O_RDWR, 0o666)
+    except (ImportError, AttributeError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _compiled(name: str) -> Callable[..., Any]:
     entry = _ENTRY_POINTS.get(name)
     if entry is None:
         fn = getattr(kernels, name)
-        dispatcher = numba.njit(cache=name not in HANDLE_KERNELS)(fn)
+        cached = name not in HANDLE_KERNELS
+        dispatcher = numba.njit(cache=cached)(fn)
         if not hasattr(dispatcher, "compile"):  # NUMBA_DISABLE_JIT=1: njit returned fn itself
             entry = fn
         else:
             ret, args = SIGNATURES[name] if name in SIGNATURES else _handle_signatures()[name]
             hooks = tuple(_COMPILE_HOOKS)
-            if hooks and not (name not in HANDLE_KERNELS and _on_disk(dispatcher)):
+            if hooks and not (cached and _on_disk(dispatcher)):
                 for hook in hooks:
                     hook(name, None)
             began = time.perf_counter()
-            with warnings.catch_warnings():
+            with _compile_lock(dispatcher, name) if cached else contextlib.nullcontext(), \
+                    warnings.catch_warnings():
                 # Inlining a helper's loop (_INLINED) trips a check that Numba itself calls
                 # "internal pedantic"; the compiled code is right (the twin tests compare it).
                 warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
