@@ -141,7 +141,7 @@ def cache_full_blocks_invalid_rows(
         rows += (InvalidArgument,)  # one block cached at two positions
     if any(
         state.ref_cnt[b] == 0
-        or (state.primary_tokens[b] is not None and state.primary_tokens[b] >= (k + 1) * block_size)
+        or ((tokens := state.primary_tokens[b]) is not None and tokens >= (k + 1) * block_size)
         for k, b in keyed
     ):
         rows += (HashStateError,)  # a free block, or one already keyed that far
