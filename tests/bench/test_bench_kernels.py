@@ -24,7 +24,6 @@ def _script():
     return module
 
 
-@pytest.mark.long
 def test_recorded_kernel_calls_replay_to_the_same_results():
     bench = _script()
     shared = list(range(5000, 5000 + 64))

@@ -36,7 +36,7 @@ TestTwoSpecPoolsAgree = make_differential_test(
 
 TestReferenceAgreesWithSpec = make_differential_test(
     ["spec", "reference"], settings=budget(150), name="ReferenceAgreesWithSpec")
-# Pool shapes of five seconds and more on two shared cores: ``long`` (run by ``.ci/run``).
+# Pool shapes of three seconds and more on two shared cores: ``long`` (run by ``.ci/run``).
 _long = pytest.mark.long
 
 TestReferenceAgreesOnATinyPoolWithCoarseBlocks = _long(make_differential_test(
@@ -45,12 +45,12 @@ TestReferenceAgreesOnATinyPoolWithCoarseBlocks = _long(make_differential_test(
 TestReferenceAgreesOnFineBlocksWithoutEvents = make_differential_test(
     ["spec", "reference"], num_blocks=32, hash_block_size=1, block_size=1,
     enable_kv_cache_events=False, settings=budget(60), name="ReferenceFine")
-TestReferenceAgreesWithCachingDisabled = _long(make_differential_test(
+TestReferenceAgreesWithCachingDisabled = make_differential_test(
     ["spec", "reference"], num_blocks=12, enable_caching=False, settings=budget(60),
-    name="ReferenceNoCaching"))
-TestReferenceAgreesAcrossThreeGroups = _long(make_differential_test(
+    name="ReferenceNoCaching")
+TestReferenceAgreesAcrossThreeGroups = make_differential_test(
     ["spec", "reference"], num_blocks=24, num_groups=3, settings=budget(60),
-    name="ReferenceThreeGroups"))
+    name="ReferenceThreeGroups")
 
 TestReferenceAgreesWithLookaheadAndRawHashEvents = make_differential_test(
     ["spec", "reference"], settings=budget(30), name="ReferenceLookahead",
@@ -66,6 +66,6 @@ TestFastAgreesWithSpec = _needs_fast(make_differential_test(
 TestFastAgreesOnFineBlocks = _long(_needs_fast(make_differential_test(
     ["spec", "fast"], num_blocks=32, hash_block_size=1, block_size=1, settings=budget(80),
     name="FastFine")))
-TestFastAgreesWithCachingDisabled = _long(_needs_fast(make_differential_test(
+TestFastAgreesWithCachingDisabled = _needs_fast(make_differential_test(
     ["spec", "fast"], num_blocks=12, enable_caching=False, settings=budget(40),
-    name="FastNoCaching")))
+    name="FastNoCaching"))

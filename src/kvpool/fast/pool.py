@@ -344,7 +344,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             # The bound kernel directly: it refuses (ERR_CAPACITY, nothing changed) when an
             # array must grow first, which st.cache_full then does before calling it again.
             st = self._st
-            code = (st._batch or st._batch_kernels())[2](
+            code = (st._cache_full or st.cache_full_kernel())(
                 cand, st.no_mask, buf, lens, num_cached, 1, kv_cache_group_id, False,
                 self.enable_kv_cache_events)
             if code == k.ERR_CAPACITY:

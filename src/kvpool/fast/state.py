@@ -93,7 +93,8 @@ class FastState:
         self.table = self._alloc((2 * rows,), np.int64, fill=-1)
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
         self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
-        self._batch: list[Callable[..., int]] | None = None  # _batch_kernels(), likewise
+        self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
+        self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
         self.no_ids = np.empty(0, np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
@@ -249,7 +250,7 @@ class FastState:
                 and max_len + 4 <= self.key_bytes.shape[1]
                 and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
             return  # the common case: room everywhere
-        self._idx = self._batch = None
+        self._idx = self._batch = self._cache_full = None
         if self.ent.shape[0] - ent_used < pairs:
             self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
         if self.keys.shape[0] - key_used < pairs:
@@ -276,7 +277,7 @@ class FastState:
             need = self.meta.item(k.M_ENT_USED) + 2 + extra
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
-                self._idx = self._batch = None
+                self._idx = self._batch = self._cache_full = None
 
     # -- operations (codes as the kernels return them) ---------------------------------------
 
@@ -329,26 +330,26 @@ class FastState:
             mask is not None, self.enable_events, dry_run,
         )
 
-    _BATCH_KERNELS = ("admit_request", "run_step", "cache_full_blocks")
+    def cache_full_kernel(self) -> Callable[..., int]:
+        """``cache_full_blocks`` with the index arrays bound (rebound when an array grows),
+        bound on its own: a run that only caches full blocks (``kvpool simulate``) never
+        compiles the fused ``admit_request`` / ``run_step`` (~5 s on a cold disk cache)."""
+        fn = self._cache_full
+        if fn is None:
+            fn = self._cache_full = partial(self.kernels.cache_full_blocks, *self._index())
+        return fn
 
-    def _batch_kernels(self) -> list[Callable[..., int]]:
+    def _batch_kernels(self) -> tuple[Any, Any, Any]:
         """``admit_request`` and ``run_step`` with the index arrays and ``out`` bound, and
         ``cache_full_blocks`` with the index arrays bound: one C-level call per verb
-        (rebound when an array grows). Each is bound, and so compiled or loaded from the
-        disk cache, on its own first call: a run that only caches full blocks (``kvpool
-        simulate``) never compiles the two fused verbs (~5 s on a cold cache)."""
+        (rebound when an array grows)."""
         bound = self._batch
         if bound is None:
-            bound = self._batch = [partial(self._bind_batch_kernel, i) for i in range(3)]
+            idx, ks = self._index(), self.kernels
+            bound = self._batch = (partial(ks.admit_request, *idx, self.out),
+                                   partial(ks.run_step, *idx, self.out),
+                                   self.cache_full_kernel())
         return bound
-
-    def _bind_batch_kernel(self, i: int, *args: Any) -> int:
-        kernel = getattr(self.kernels, FastState._BATCH_KERNELS[i])
-        fn = partial(kernel, *self._index(), self.out) if i < 2 else \
-            partial(kernel, *self._index())
-        if self._batch is not None:
-            self._batch[i] = fn
-        return int(fn(*args))
 
     def admit(self, memo: np.ndarray, known: int, buf: np.ndarray, lens: np.ndarray,
               max_len: int, max_hit: int, num_blocks: int, num_full: int, reserve: int,
