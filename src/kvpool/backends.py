@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvpool.errors import BackendUnavailable, InvalidConfig
+
+if TYPE_CHECKING:
+    from kvpool.shell import PoolShell
 
 # name -> (module, class, what to install when the import fails)
 BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -17,7 +20,7 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def backend_class(backend: str) -> type:
+def backend_class(backend: str) -> type[PoolShell]:
     """The pool class of a backend; :class:`BackendUnavailable` if unknown (a name that is
     not a key of :data:`BACKENDS`, or not a string at all) or not installed."""
     try:
@@ -31,7 +34,7 @@ def backend_class(backend: str) -> type:
         raise BackendUnavailable(
             f"backend {backend!r} is not available ({exc}); {hint or 'reinstall kvpool'}"
         ) from exc
-    pool_class: type = getattr(module, class_name)
+    pool_class: type[PoolShell] = getattr(module, class_name)
     return pool_class
 
 
@@ -66,7 +69,7 @@ def make_pool(num_blocks: int, *, backend: str = "spec", **options: Any) -> Any:
     the backend does not know raises :class:`InvalidConfig` (not ``TypeError``); an unknown
     backend, or one that is not a name, :class:`BackendUnavailable`.
     """
-    cls = backend_class(backend)
+    cls: type = backend_class(backend)
     accepted = constructor_options(cls) - {"num_gpu_blocks"}  # that one is num_blocks
     unknown = sorted(set(options) - accepted)
     if unknown:

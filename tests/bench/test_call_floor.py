@@ -12,6 +12,7 @@ pytest.importorskip("numba")
 from kvpool.bench.call_floor import FIGURES, format_call_floor, run_call_floor  # noqa: E402
 
 
+@pytest.mark.long
 def test_every_part_is_measured_and_printed() -> None:
     result = run_call_floor(ops=200, rounds=1, num_blocks=2048)
     expected = {f"{f}/{p}" for f in FIGURES for p in ("kernel", "verb")}

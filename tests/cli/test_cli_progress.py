@@ -11,8 +11,10 @@ BENCH = ["bench", "--quick", "--suite", "construct", "--backends", "reference"]
 CONTRACTS = ["contracts", "--only", "is_block_writable", "--per-condition", "1"]
 
 
-@pytest.mark.parametrize(("args", "label", "unit"), [(BENCH, "kvpool bench", "suites"),
-                                                     (CONTRACTS, "CrossHair", "contracts")])
+@pytest.mark.parametrize(("args", "label", "unit"), [
+    (BENCH, "kvpool bench", "suites"),
+    pytest.param(CONTRACTS, "CrossHair", "contracts", marks=pytest.mark.long),
+])
 def test_progress_is_drawn_on_a_terminal_only(args, label, unit):
     rc, _, drawn = run_kvpool(args, terminal=True)
     assert rc == 0 and label in drawn and unit in drawn

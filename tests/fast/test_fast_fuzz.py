@@ -17,6 +17,7 @@ For each call:
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from fast_twin import assert_sound, block_hash, fast_pool, request_with_hashes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -167,6 +168,7 @@ def outcome(pool, name, args):
     return ("ok", result)
 
 
+@pytest.mark.long
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), events=st.booleans(), caching=st.sampled_from([True, True, False]),
        watch=st.booleans())

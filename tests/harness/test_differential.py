@@ -36,9 +36,12 @@ TestTwoSpecPoolsAgree = make_differential_test(
 
 TestReferenceAgreesWithSpec = make_differential_test(
     ["spec", "reference"], settings=budget(150), name="ReferenceAgreesWithSpec")
-TestReferenceAgreesOnATinyPoolWithCoarseBlocks = make_differential_test(
+# Pool shapes of three seconds and more on two shared cores: ``long`` (run by ``.ci/run``).
+_long = pytest.mark.long
+
+TestReferenceAgreesOnATinyPoolWithCoarseBlocks = _long(make_differential_test(
     ["spec", "reference"], num_blocks=8, block_size=6, settings=budget(100),
-    name="ReferenceTinyCoarse")
+    name="ReferenceTinyCoarse"))
 TestReferenceAgreesOnFineBlocksWithoutEvents = make_differential_test(
     ["spec", "reference"], num_blocks=32, hash_block_size=1, block_size=1,
     enable_kv_cache_events=False, settings=budget(60), name="ReferenceFine")
@@ -60,9 +63,9 @@ _needs_fast = pytest.mark.skipif(not _available("fast"), reason="fast backend no
 
 TestFastAgreesWithSpec = _needs_fast(make_differential_test(
     ["spec", "fast"], settings=budget(200), name="FastAgreesWithSpec"))
-TestFastAgreesOnFineBlocks = _needs_fast(make_differential_test(
+TestFastAgreesOnFineBlocks = _long(_needs_fast(make_differential_test(
     ["spec", "fast"], num_blocks=32, hash_block_size=1, block_size=1, settings=budget(80),
-    name="FastFine"))
+    name="FastFine")))
 TestFastAgreesWithCachingDisabled = _needs_fast(make_differential_test(
     ["spec", "fast"], num_blocks=12, enable_caching=False, settings=budget(40),
     name="FastNoCaching"))

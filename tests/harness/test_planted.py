@@ -17,7 +17,14 @@ DEFAULT_BUDGET = 20_000
 """Steps a planted bug may take to be found (the ci profile's budget)."""
 
 
-@pytest.mark.parametrize("name", sorted(PLANTED))
+LONG_HUNTS = {"duplicate_newest_first", "secondary_keys_reversed", "free_repeat_counted_once",
+              "touch_stays_queued", "reuse_keeps_old_key"}
+"""Planted bugs the machine takes 2.5 seconds and more to catch on two shared cores:
+``long`` (run by ``.ci/run``), the others in the default run."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n in LONG_HUNTS
+                                  else n for n in sorted(PLANTED)])
 def test_planted_bug_is_caught_within_the_default_budget(name, record_property):
     report = run_check(["spec", f"planted:{name}"], step_budget(DEFAULT_BUDGET), seed=2024,
                        shrink_seconds=5)
@@ -32,7 +39,8 @@ def test_planted_bug_is_caught_within_the_default_budget(name, record_property):
         namespace["test_reproduction"]()
 
 
-@pytest.mark.parametrize("name", ["free_zones_swapped", "duplicate_newest_first"])
+@pytest.mark.parametrize("name", ["free_zones_swapped",
+                                  pytest.param("duplicate_newest_first", marks=pytest.mark.long)])
 def test_planted_bug_is_caught_with_the_reference_as_oracle(name):
     report = run_check(["reference", f"planted:{name}"], step_budget(DEFAULT_BUDGET), seed=7,
                        shrink=False)

@@ -6,7 +6,9 @@ and that the search (with the bounded state creator and its tuning) reaches the 
 matter. CrossHair's search is seeded, so the path counts below repeat from run to run; only
 the wall time depends on the machine.
 
-Default run: about a minute on two cores. ``-m slow`` adds the long budgets.
+Default run: the quick planted bugs, about 20 s on two cores; ``-m long`` (``.ci/run``) the
+searches of four seconds and more and the short search over the real contracts; ``-m slow``
+adds the long budgets.
 """
 
 from __future__ import annotations
@@ -60,7 +62,25 @@ def _check(target: str, budget: float):
     return check_one(f"broken_ops.{target}", budget, pythonpath=[HERE])
 
 
-@pytest.mark.parametrize("target", sorted(PLANTED))
+LONG_SEARCHES = {
+    "prefix_cache.cache_full_blocks_token_count_off_by_one",
+    "prefix_cache.cache_full_blocks_promotion_keeps_old_key_in_table",
+    "prefix_cache.cache_partial_block_never_grows",
+    "prefix_cache.move_block_hashes_moves_only_the_primary",
+    "prefix_cache.evict_blocks_forgets_secondaries",
+    "prefix_cache.get_cached_block_returns_newest_duplicate",
+    "preconditions.free_blocks_counts_each_block_once",
+}
+"""Planted bugs whose search takes four seconds and more on two shared cores: ``long`` (run
+by ``.ci/run``); the others are the default run's CrossHair smoke test."""
+
+
+def _params(targets) -> list:
+    return [pytest.param(t, marks=pytest.mark.long) if t in LONG_SEARCHES else t
+            for t in sorted(targets)]
+
+
+@pytest.mark.parametrize("target", _params(PLANTED))
 def test_crosshair_finds_the_planted_bug(target):
     result = _check(target, BUDGET_S)
     assert result.status == "counterexample", (PLANTED[target], result)
@@ -77,7 +97,7 @@ def test_a_counterexample_names_the_broken_invariant_and_clause():
     assert "touch_post clause false: after.free_queue ==" in broken
 
 
-@pytest.mark.parametrize("target", sorted(PLANTED_PRECONDITIONS))
+@pytest.mark.parametrize("target", _params(PLANTED_PRECONDITIONS))
 def test_crosshair_finds_a_precondition_that_accepts_an_invalid_call(target):
     result = _check(target, BUDGET_S)
     assert result.status == "counterexample", result
@@ -91,6 +111,7 @@ def test_crosshair_finds_the_hard_planted_bug_with_a_long_budget(target):
     assert result.status == "counterexample", (HARD_TO_FIND[target], result)
 
 
+@pytest.mark.long
 def test_the_real_contracts_have_no_counterexample_in_a_short_search():
     progress = []
     report = run_contracts(None, per_condition_timeout=3, precondition_timeout=2, workers=2,

@@ -193,7 +193,7 @@ def run(models: tuple[str, ...] = MODELS, backends: tuple[str, ...] = ("referenc
     trace, _ = gen_trace.make_trace(num_requests=num_requests)
     hashes = precompute_hashes(trace)
     max_model_len = max(len(p) + len(d) for p, d in trace) + BLOCK
-    facades: list[tuple[str, Callable[[str], Any], Callable[..., Any]]] = []
+    facades: list[tuple[str, Callable[..., Any], Callable[..., Any]]] = []
     if with_vllm:
         facades.append(("vllm", lambda m, n=num_blocks: vllm_facade(m, n, max_model_len),
                         _vllm_request))

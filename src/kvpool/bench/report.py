@@ -169,7 +169,7 @@ def suite_tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[lis
 def target_rows(results: dict[str, Any]) -> list[tuple[str, str | None, str]]:
     """Per target ``(name, measured value as text or None, verdict)``."""
     quick = results.get("meta", {}).get("quick")
-    rows = []
+    rows: list[tuple[str, str | None, str]] = []
     for t in results.get("targets", []):
         if t["met"] is None:
             rows.append((t["name"], None, "not measured" + (" (quick sizes)" if quick else "")))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from kvpool.backends import make_pool
 from kvpool.hashing import BlockHasher, get_request_block_hasher
@@ -77,7 +77,8 @@ def replay_vllm_pattern(pool: Any, trace: Sequence[KitRequest], hasher: BlockHas
                 rid, _, prompt, outputs = waiting.popleft()
                 t0 = pc()
                 # The Request copies the prompt once, as vLLM's does.
-                staged = (Request(rid, prompt, block_hasher=block_hasher), outputs)
+                staged = (Request(rid, cast(list[int], prompt), block_hasher=block_hasher),
+                          outputs)
                 t_hash += pc() - t0
             req, outputs = staged
             t0 = pc()

@@ -33,7 +33,10 @@ WARM_UP_REQUESTS = 40
 
 def _load_bench(kit_dir: str):
     sys.path.insert(0, kit_dir)
-    spec = importlib.util.spec_from_file_location("kit_bench", os.path.join(kit_dir, "bench.py"))
+    path = os.path.join(kit_dir, "bench.py")
+    spec = importlib.util.spec_from_file_location("kit_bench", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

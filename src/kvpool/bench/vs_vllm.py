@@ -392,7 +392,8 @@ def row_cells(row: dict[str, Any], backends: Sequence[str]) -> list[str]:
     for c in backends:
         value, ratio = row["kvpool"].get(c), row["ratio"].get(c)
         cells += [_fmt(value), f"{ratio:.2f}x" if ratio else "-"]
-    verdict = {True: "met", False: "MISSED"}.get(row.get("met"), "-")
+    verdicts: dict[Any, str] = {True: "met", False: "MISSED"}
+    verdict = verdicts.get(row.get("met"), "-")
     if "target" in row:
         cells.append(f">= {row['target']:g}x {verdict}")
     elif "limit" in row:

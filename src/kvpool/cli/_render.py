@@ -75,27 +75,46 @@ def progress_enabled(json_output: bool) -> bool:
     return not json_output and sys.stderr.isatty()
 
 
+class ProgressUpdate:
+    """What :func:`progress_bar` gives: ``update(done, total)``; ``describe(text)`` relabels
+    the bar, ``note(line)`` prints a line that stays above it. All do nothing when the bar
+    is not drawn."""
+
+    def __init__(self, progress: Progress | None = None, task: Any = None) -> None:
+        self._progress = progress
+        self._task = task
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if now - self._last >= 0.1 or done >= total:
+            self._last = now
+            self._progress.update(self._task, completed=min(done, total), total=total)
+
+    def describe(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
+
+    def note(self, line: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(line, highlight=False)
+
+
 @contextlib.contextmanager
 def progress_bar(description: str, enabled: bool, unit: str = "steps"
-                 ) -> Iterator[Callable[[int, int], None]]:
-    """A context giving ``update(done, total)``: a transient bar on stderr when ``enabled``
-    (redrawn at most ten times a second), else an update that does nothing."""
+                 ) -> Iterator[ProgressUpdate]:
+    """A context giving ``update(done, total)`` (:class:`ProgressUpdate`): a transient bar on
+    stderr when ``enabled`` (redrawn at most ten times a second), else an update that does
+    nothing."""
     if not enabled:
-        yield lambda done, total: None
+        yield ProgressUpdate()
         return
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
-        task = progress.add_task(description, total=None)
-        last = [0.0]
-
-        def update(done: int, total: int) -> None:
-            now = time.monotonic()
-            if now - last[0] >= 0.1 or done >= total:
-                last[0] = now
-                progress.update(task, completed=min(done, total), total=total)
-
-        yield update
+        yield ProgressUpdate(progress, progress.add_task(description, total=None))
 
 
 @contextlib.contextmanager
@@ -111,5 +130,5 @@ def phase_status(description: str, enabled: bool) -> Iterator[Callable[[str], No
         yield lambda line: progress.update(task, description=f"{description}: {line}")
 
 
-__all__ = ["PIPE_WIDTH", "phase_status", "grid_table", "key_value_table", "print_renderable",
-           "progress_bar", "progress_enabled", "stdout_console"]
+__all__ = ["PIPE_WIDTH", "ProgressUpdate", "phase_status", "grid_table", "key_value_table",
+           "print_renderable", "progress_bar", "progress_enabled", "stdout_console"]

@@ -38,12 +38,12 @@ def run_stack(args: argparse.Namespace) -> int:
     extra = []
     names = args.configuration or list(CONFIGURATIONS)
     if args.planted:
-        bug = PLANTED_POLICY.get(args.planted)
-        if bug is None:
+        planted = PLANTED_POLICY.get(args.planted)
+        if planted is None:
             print(f"kvpool check: unknown planted policy bug {args.planted!r}", file=sys.stderr)
             return 2
-        extra = [bug.stack()]
-        names = args.configuration or [bug.configuration]
+        extra = [planted.stack()]
+        names = args.configuration or [planted.configuration]
     unknown = [n for n in names if n not in CONFIGURATIONS]
     if unknown:
         print(f"kvpool check: unknown configuration {unknown[0]!r}; known: "

@@ -18,15 +18,19 @@ one batch per scheduler step (:mod:`kvpool.cli._publish`, :mod:`kvpool.wire`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from kvpool.backends import BACKENDS
 from kvpool.cli._args import block_count, non_negative_int, pool_fits, positive_int
 from kvpool.cli._publish import add_publish_arguments, published_rows, publishing
 from kvpool.cli._render import (
+    ProgressUpdate,
     grid_table,
     key_value_table,
     print_renderable,
@@ -163,12 +167,52 @@ def run(args: argparse.Namespace) -> int:
 def _simulate_one(args: argparse.Namespace, backend: str,
                   options: dict[str, Any]) -> ServingReport:
     label = f"simulate {backend}" if args.compare else "simulate"
-    with progress_bar(label, progress_enabled(args.json), unit="requests") as update:
-        return simulate(
-            args.trace, backend=backend, num_blocks=args.num_blocks,
-            block_size=args.block_size, max_running=args.max_running, seed=args.seed,
-            num_requests=args.requests, workload=args.workload, model=args.model,
-            on_step=update, **options)
+    with progress_bar(label, progress_enabled(args.json), unit="requests") as bar:
+        notice = _CompileNotice(bar, label)
+        with _compile_hook(notice):
+            return simulate(
+                args.trace, backend=backend, num_blocks=args.num_blocks,
+                block_size=args.block_size, max_running=args.max_running, seed=args.seed,
+                num_requests=args.requests, workload=args.workload, model=args.model,
+                on_step=notice.on_step, **options)
+
+
+class _CompileNotice:
+    """The first run on a cold Numba disk cache compiles the fast kernels (seconds each): the
+    bar says which one it is waiting for, and a line above it says what it took once the
+    replay starts. Nothing when the bar is not drawn (not a terminal, ``--json``)."""
+
+    def __init__(self, bar: ProgressUpdate, label: str) -> None:
+        self.bar = bar
+        self.label = label
+        self.kernels = 0
+        self.seconds = 0.0
+
+    def __call__(self, name: str, seconds: float | None) -> None:
+        if seconds is None:
+            self.bar.describe(f"{self.label}: first run, compiling kernel {name} into "
+                              f"Numba's disk cache ({self.kernels} done)")
+        else:
+            self.kernels += 1
+            self.seconds += seconds
+
+    def on_step(self, done: int, total: int) -> None:
+        if self.kernels:
+            self.bar.describe(self.label)
+            plural = "s" * (self.kernels > 1)
+            self.bar.note(f"compiled {self.kernels} kernel{plural} into Numba's disk cache in "
+                          f"{self.seconds:.1f} s (first run only; later runs load them)")
+            self.kernels, self.seconds = 0, 0.0
+        self.bar(done, total)
+
+
+def _compile_hook(hook: Callable[[str, float | None], None]) -> AbstractContextManager[None]:
+    """:func:`kvpool.fast.compiled.compile_hook`, or nothing without numba (no compiling)."""
+    try:
+        from kvpool.fast.compiled import compile_hook
+    except ImportError:
+        return contextlib.nullcontext()
+    return compile_hook(hook)
 
 
 def _source(args: argparse.Namespace) -> str:

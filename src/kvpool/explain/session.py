@@ -24,7 +24,11 @@ HASH_LABEL_BYTES = 2
 """A hash is shown by its first bytes, in hex (enough to tell a scenario's hashes apart)."""
 
 
-def hash_label(block_hash: bytes) -> str:
+def hash_label(block_hash: bytes | int) -> str:
+    """The first bytes of a hash, in hex (the sessions' pools report ``bytes`` hashes:
+    ``use_int_block_hashes=False``; an int hash is shown whole)."""
+    if isinstance(block_hash, int):
+        return f"{block_hash:x}"
     return block_hash[:HASH_LABEL_BYTES].hex()
 
 

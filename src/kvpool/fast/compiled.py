@@ -45,9 +45,12 @@ Compile choices:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import os
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba
@@ -86,11 +89,15 @@ class BorrowedArray(nt.Array):
 
     def __init__(self, dtype: Any, ndim: int, layout: str, readonly: bool = False,
                  aligned: bool = True) -> None:
-        super().__init__(dtype, ndim, layout, readonly=readonly, aligned=aligned,
-                         name=f"borrowed({dtype}, {ndim}d, {layout}{', readonly' * readonly})")
+        # (numba's annotations: layout a Literal, no ``dtype: Any``)
+        super().__init__(  # type: ignore[call-overload]
+            dtype, ndim, layout, readonly=readonly, aligned=aligned,
+            name=f"borrowed({dtype}, {ndim}d, {layout}{', readonly' * readonly})")
 
-    def copy(self, dtype: Any = None, ndim: int | None = None, layout: str | None = None,
-             readonly: bool | None = None) -> BorrowedArray:
+    # numba annotates Array.copy with overloads on a Literal layout; this one takes any
+    def copy(  # type: ignore[override]
+            self, dtype: Any = None, ndim: int | None = None, layout: str | None = None,
+            readonly: bool | None = None) -> BorrowedArray:
         return BorrowedArray(self.dtype if dtype is None else dtype,
                              self.ndim if ndim is None else ndim,
                              self.layout if layout is None else layout,
@@ -110,7 +117,8 @@ class BorrowedArray(nt.Array):
 
     def unify(self, typingctx: Any, other: Any) -> Any:
         if isinstance(other, BorrowedArray):
-            unified = super().unify(typingctx, other)
+            # numba annotates Type.unify as returning a Type (it is an Array here)
+            unified: Any = super().unify(typingctx, other)
             if unified is not None:
                 return BorrowedArray(unified.dtype, unified.ndim, unified.layout,
                                      not unified.mutable, unified.aligned)
@@ -398,22 +406,82 @@ class KernelSet:
 
 _ENTRY_POINTS: dict[str, Callable[..., Any]] = {}
 
+CompileHook = Callable[[str, "float | None"], None]
+"""``hook(name, None)`` before a kernel that is not in the on-disk cache compiles,
+``hook(name, seconds)`` after any kernel compiled (rather than loaded from the cache)."""
+
+_COMPILE_HOOKS: list[CompileHook] = []
+
+
+@contextlib.contextmanager
+def compile_hook(hook: CompileHook) -> Iterator[None]:
+    """Call ``hook`` (:data:`CompileHook`) around every kernel compiled inside the block: a
+    command line shows what a first run on a cold cache is waiting for."""
+    _COMPILE_HOOKS.append(hook)
+    try:
+        yield
+    finally:
+        _COMPILE_HOOKS.remove(hook)
+
+
+def _on_disk(dispatcher: Any) -> bool:
+    """Whether Numba's disk cache holds an index for this kernel (its code is then loaded,
+    not compiled, unless the source changed since). Numba's own attributes; ``False`` if
+    they move."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:
+        return False
+
+
+@contextlib.contextmanager
+def _compile_lock(dispatcher: Any, name: str) -> Iterator[None]:
+    """Held while a disk-cached kernel is compiled or loaded: processes sharing Numba's cache
+    (test workers, engine processes starting together) compile each kernel once; the others
+    wait, then load it from the cache. A file lock in the cache directory (released by the
+    operating system if its holder dies); nothing where there is none (not POSIX, no cache
+    directory, Numba's attributes moved)."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.join(dispatcher._cache._cache_path, f"{name}.lock"),
+                     os.O_CREAT | os.O_RDWR, 0o666)
+    except (ImportError, AttributeError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
 
 def _compiled(name: str) -> Callable[..., Any]:
     entry = _ENTRY_POINTS.get(name)
     if entry is None:
         fn = getattr(kernels, name)
-        dispatcher = numba.njit(cache=name not in HANDLE_KERNELS)(fn)
+        cached = name not in HANDLE_KERNELS
+        dispatcher = numba.njit(cache=cached)(fn)
         if not hasattr(dispatcher, "compile"):  # NUMBA_DISABLE_JIT=1: njit returned fn itself
             entry = fn
         else:
             ret, args = SIGNATURES[name] if name in SIGNATURES else _handle_signatures()[name]
-            with warnings.catch_warnings():
+            hooks = tuple(_COMPILE_HOOKS)
+            if hooks and not (cached and _on_disk(dispatcher)):
+                for hook in hooks:
+                    hook(name, None)
+            began = time.perf_counter()
+            with _compile_lock(dispatcher, name) if cached else contextlib.nullcontext(), \
+                    warnings.catch_warnings():
                 # Inlining a helper's loop (_INLINED) trips a check that Numba itself calls
                 # "internal pedantic"; the compiled code is right (the twin tests compare it).
                 warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
                 entry = dispatcher.compile(ret(*args))
             dispatcher.disable_compile()
+            if hooks and not dispatcher.stats.cache_hits:
+                seconds = time.perf_counter() - began
+                for hook in hooks:
+                    hook(name, seconds)
         _ENTRY_POINTS[name] = entry
     return entry
 
@@ -431,8 +499,6 @@ def kernel_set(jit: bool = True) -> KernelSet:
 
 def compile_all() -> float:
     """Compile (or load from the cache) every kernel now; returns the seconds it took."""
-    import time
-
     start = time.perf_counter()
     ks = kernel_set(True)
     for name in (*SIGNATURES, *HANDLE_KERNELS):

@@ -25,7 +25,8 @@ def queue_links_are_mutual(st: FastState) -> tuple:
     prev, next_, _ = k._decoded_links(blk)
     head, tail = n, n + 1
     seen: set[int] = set()
-    b, bad = head, []
+    b = head
+    bad: list[object] = []
     for _ in range(n + 1):
         nxt = int(next_[b])
         if not 0 <= nxt < n + 2 or int(prev[nxt]) != b:
@@ -78,7 +79,8 @@ def entries_are_accounted(st: FastState) -> tuple:
 def block_chains_are_consistent(st: FastState) -> tuple:
     """Each block's chain holds its own entries, distinct keys, and a primary token count
     (>= 1 hbs unit) exactly when it has a key."""
-    bad, total = [], 0
+    bad: list[object] = []
+    total = 0
     first = k._decoded_links(st.blk)[2]
     for b in range(st.num_blocks):
         e = int(first[b])
@@ -105,7 +107,8 @@ def key_rows_are_consistent(st: FastState) -> tuple:
     head entry and a hash equal to the hash of their bytes; no row is pending between calls;
     counters match."""
     high = int(st.meta[k.M_KEY_HIGH])
-    bad, live, total = [], 0, 0
+    bad: list[object] = []
+    live, total = 0, 0
     for kid in range(high):
         head = int(st.keys[kid, k.K_HEAD])
         if head == k.KEY_PENDING_ROW or head < k.KEY_PENDING_ROW:
@@ -144,7 +147,7 @@ def table_holds_exactly_live_keys(st: FastState) -> tuple:
     table = st.table
     entries = table[table != -1]
     occupied = (entries & k.ROW_MASK).tolist()
-    bad = [kid for kid in occupied if st.keys[kid, k.K_HEAD] < 0]
+    bad: list[object] = [kid for kid in occupied if st.keys[kid, k.K_HEAD] < 0]
     tags = (entries >> 32).tolist()
     bad += [("fingerprint", kid) for kid, tag in zip(occupied, tags, strict=True)
             if tag != int(st.keys[kid, k.K_HASH]) & k.TAG_MASK]
@@ -168,7 +171,7 @@ def watchers_are_counted(st: FastState) -> tuple:
     clock; the null block and the sentinels are never watched."""
     stamps = st.blk64[:, k.WATCH]
     watched = stamps[stamps != 0]
-    bad = []
+    bad: list[object] = []
     if watched.size != st.num_watchers() or stamps[0] or stamps[st.num_blocks:].any():
         bad.append(("count", int(watched.size)))
     if len(set(watched.tolist())) != watched.size or (watched > st.meta[k.M_WATCH_CLOCK]).any():

@@ -128,19 +128,18 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
 
     def _fast_ids(self, blocks: object) -> np.ndarray | None:
         """``blocks`` as an int64 id array, or ``None`` when the generic shell must convert."""
-        tp = type(blocks)
-        if tp is np.ndarray:
-            if blocks.ndim != 1 or blocks.dtype.kind not in "iu":  # type: ignore[union-attr]
+        if type(blocks) is np.ndarray:
+            if blocks.ndim != 1 or blocks.dtype.kind not in "iu":
                 return None  # the shell raises its InvalidBlockId
             return np.ascontiguousarray(blocks, dtype=np.int64)
-        if tp is list or tp is tuple:
+        if type(blocks) is list or type(blocks) is tuple:
             if not blocks:
                 return self._st.no_ids
             # Exactly ints: bools, floats, numpy scalars and BlockRefs take the shell's path.
-            if set(map(type, blocks)) != _INT_ONLY:  # type: ignore[arg-type]
+            if set(map(type, blocks)) != _INT_ONLY:
                 return None
             try:
-                return np.fromiter(blocks, np.int64, len(blocks))  # type: ignore[arg-type]
+                return np.fromiter(blocks, np.int64, len(blocks))
             except OverflowError:
                 return None
         return None
@@ -160,7 +159,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         return InvalidBlockId(f"block id {b} is out of range [0, {self.num_gpu_blocks})")
 
     def _id_error(self, code: int, source: Any, ids: np.ndarray) -> KvPoolError:
-        """The typed error for a refused id batch (``source``: the caller's values)."""
+        """The typed error for a refused id batch (``source``: the caller's values); a code
+        it does not expect raises :meth:`_internal`'s error instead."""
         i = self._st.err_index()
         b = int(source[i])
         if code == k.ERR_BLOCK_ID:
@@ -168,14 +168,16 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         if code == k.ERR_NULL_BLOCK:
             return NullBlockMisuse("unpin_blocks got the null block (id 0)")
         if code == k.ERR_REF_OVERFLOW:
-            return pre.over_reference(self._core_state(), tuple(int(x) for x in ids)) or (
-                self._internal(code))
+            error = pre.over_reference(self._core_state(), tuple(int(x) for x in ids))
+            if error is None:
+                raise self._internal(code)
+            return error
         if code == k.ERR_DOUBLE_FREE:
             count = int(np.count_nonzero(ids == b))
             return DoubleFree(
                 f"block {b} is released {count} time(s) but has ref_cnt {self._st.ref_cnt(b)}"
             )
-        return self._internal(code)
+        raise self._internal(code)
 
     @staticmethod
     def _internal(code: int) -> RuntimeError:
@@ -186,6 +188,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         out: list[EventRecord] = []
         for kind, _payload, seq, key in self._st.drain_events():
             if kind == k.EV_REMOVED:
+                assert key is not None  # drain_events reads the key of every removal
                 out.append(RemovedRecord(seq, key))
             elif kind == k.EV_STORED:
                 out.append(stored(seq))
@@ -243,10 +246,10 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             self._refuse_reentry("free_blocks")
         if type(ordered_blocks) is np.ndarray and ordered_blocks.dtype is _INT64:
             if ordered_blocks.ndim == 1:  # int64, any layout: the kernel reads it contiguous
-                ids = np.ascontiguousarray(ordered_blocks)
-                code = self._free_ids(ids)
+                arr = np.ascontiguousarray(ordered_blocks)
+                code = self._free_ids(arr)
                 if code:
-                    raise self._id_error(code, ids, ids)
+                    raise self._id_error(code, arr, arr)
                 return None
         if type(ordered_blocks) is list and len(ordered_blocks) == 1:  # type: ignore[arg-type]
             b = ordered_blocks[0]  # type: ignore[index]
@@ -305,7 +308,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         """
         if self._delivering:
             self._refuse_reentry("cache_full_blocks")
-        hashes = getattr(request, "block_hashes", None)
+        hashes: Any = getattr(request, "block_hashes", None)
         num_cached, num_full = num_cached_blocks, num_full_blocks
         if (block_mask is None and type(blocks) is list and type(hashes) in _HASH_LISTS
                 and type(num_cached) is int and type(num_full) is int
@@ -341,7 +344,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             # The bound kernel directly: it refuses (ERR_CAPACITY, nothing changed) when an
             # array must grow first, which st.cache_full then does before calling it again.
             st = self._st
-            code = (st._batch or st._batch_kernels())[2](
+            code = (st._cache_full or st.cache_full_kernel())(
                 cand, st.no_mask, buf, lens, num_cached, 1, kv_cache_group_id, False,
                 self.enable_kv_cache_events)
             if code == k.ERR_CAPACITY:
@@ -500,7 +503,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 f"block {b} already carries a key covering {tokens} tokens "
                 f"(caching it at position {pos} would cover {(pos + 1) * block_size})"
             )
-        return self._internal(code)
+        raise self._internal(code)
 
     def _stored(self, hashes, cand, mask, num_cached, num_full, block_size, group_id):
         """A factory of the call's ``StoredRecord`` (built only when events are on)."""

@@ -18,6 +18,7 @@ so that a kernel writing out of bounds is caught by :meth:`guards_intact`; a tin
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -93,6 +94,7 @@ class FastState:
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
         self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
         self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
+        self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
         self.no_ids = np.empty(0, np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
@@ -109,46 +111,47 @@ class FastState:
 
     ONE_OP_VERBS = ("lookup_one", "touch_one", "free_one", "pop")
     """``lookup_one(hash, group)``, ``touch_one(b)``, ``free_one(b)``, ``pop(n)``: the h_*
-    kernels over :attr:`arrays`, bound on first use (their compilation, a few seconds, is
-    not cached on disk: a process that never calls them never pays for it)."""
-    _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", *ONE_OP_VERBS)
+    kernels over :attr:`arrays`, each bound on its first use (their compilation, a few
+    seconds, is not cached on disk: a process that never calls one never pays for it)."""
+    _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS)
     """Attributes a copy rebuilds instead of copying (a jitclass cannot be copied)."""
 
     def __getattr__(self, name: str) -> Any:
         # Only for attributes not set yet: the one-op verbs, bound here on first use.
         if name in FastState.ONE_OP_VERBS and "blk" in self.__dict__:
-            self._bind_arrays()
+            self._bind_one_op(name)
             return self.__dict__[name]
         raise AttributeError(name)
 
-    def _bind_arrays(self) -> None:
-        """One object holding every array, and the one-op verbs over it: the h_* kernels take
-        it as their only array argument (kernels.PoolArrays says why); _bind_index_verbs
-        keeps it current. With ``KVPOOL_FAST_ONE_OP=cached`` (:func:`one_op_mode`), the same
-        verbs over the disk-cached entry points instead (:meth:`_bind_cached_verbs`)."""
+    def _bind_one_op(self, name: str) -> None:
+        """Bind the one-op verb ``name`` alone (compiling only its kernel). Packed: the h_*
+        kernel over one object holding every array (kernels.PoolArrays says why; built with
+        the first verb, kept current by _bind_index_verbs). With ``KVPOOL_FAST_ONE_OP=cached``
+        (:func:`one_op_mode`, read once per pool), the disk-cached multi-array entry points
+        instead: no per-process compile, about half a microsecond more per call
+        (benchmarks/README.md)."""
         ks = self.kernels
-        if one_op_mode() == "cached":
-            self._bind_cached_verbs()
+        cached = self.__dict__.get("_one_op_cached")
+        if cached is None:
+            cached = self._one_op_cached = one_op_mode() == "cached"
+        if cached:
+            if name == "touch_one":
+                self.touch_one = partial(ks.touch_one, self.blk, self.meta)
+            elif name == "free_one":
+                self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
+            elif name == "pop":
+                self.pop = self._pop_cached
+            else:  # lookup_one; _bind_index_verbs rebinds the entry when an array grows
+                self._lookup_entry = partial(ks.lookup_one, self.keys, self.key_bytes,
+                                             self.table)
+                self.lookup_one = self._lookup_cached
             return
-        self.arrays = pool_arrays_class(ks.jit)(
-            self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table, self.meta,
-            self.out, self.enable_caching, self.enable_events)
-        self._in_arrays = [self.ent, self.keys, self.key_bytes, self.table]
-        self.lookup_one = partial(ks.h_lookup_one, self.arrays)
-        self.touch_one = partial(ks.h_touch_one, self.arrays)
-        self.free_one = partial(ks.h_free_one, self.arrays)
-        self.pop = partial(ks.h_pop, self.arrays)
-
-    def _bind_cached_verbs(self) -> None:
-        """The one-op verbs over the multi-array entry points, which the on-disk cache keeps:
-        no per-process compile, about half a microsecond more per call (benchmarks/README.md)."""
-        ks = self.kernels
-        self._in_arrays = None  # no PoolArrays to keep current; lookup_one is rebound instead
-        self.touch_one = partial(ks.touch_one, self.blk, self.meta)
-        self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
-        self.pop = self._pop_cached
-        self._lookup_entry = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
-        self.lookup_one = self._lookup_cached
+        if self.arrays is None:
+            self.arrays = pool_arrays_class(ks.jit)(
+                self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table,
+                self.meta, self.out, self.enable_caching, self.enable_events)
+            self._in_arrays = [self.ent, self.keys, self.key_bytes, self.table]
+        setattr(self, name, partial(getattr(ks, "h_" + name), self.arrays))
 
     def _lookup_cached(self, block_hash: bytes, group: int) -> int:
         # h_lookup_one's group check, which the packed kernel does in compiled code.
@@ -189,9 +192,15 @@ class FastState:
             if arrays is not None and self._in_arrays[i] is not current:
                 setattr(arrays, name, current)
                 self._in_arrays[i] = current
+        # Bound on its first call (a pool that never evicts never compiles it).
+        self.pop_quiet = self._bind_pop_quiet
+
+    def _bind_pop_quiet(self, n: int) -> int:
+        ks = self.kernels
         self.pop_quiet = partial(ks.get_new_blocks_quiet, self.blk, self.blk64, self.ent,
                                  self.keys, self.table, self.meta, self.out,
                                  self.enable_caching)
+        return int(self.pop_quiet(n))
 
     # -- allocation ---------------------------------------------------------------------------
 
@@ -241,7 +250,7 @@ class FastState:
                 and max_len + 4 <= self.key_bytes.shape[1]
                 and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
             return  # the common case: room everywhere
-        self._idx = self._batch = None
+        self._idx = self._batch = self._cache_full = None
         if self.ent.shape[0] - ent_used < pairs:
             self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
         if self.keys.shape[0] - key_used < pairs:
@@ -268,7 +277,7 @@ class FastState:
             need = self.meta.item(k.M_ENT_USED) + 2 + extra
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
-                self._idx = self._batch = None
+                self._idx = self._batch = self._cache_full = None
 
     # -- operations (codes as the kernels return them) ---------------------------------------
 
@@ -321,6 +330,15 @@ class FastState:
             mask is not None, self.enable_events, dry_run,
         )
 
+    def cache_full_kernel(self) -> Callable[..., int]:
+        """``cache_full_blocks`` with the index arrays bound (rebound when an array grows),
+        bound on its own: a run that only caches full blocks (``kvpool simulate``) never
+        compiles the fused ``admit_request`` / ``run_step`` (~5 s on a cold disk cache)."""
+        fn = self._cache_full
+        if fn is None:
+            fn = self._cache_full = partial(self.kernels.cache_full_blocks, *self._index())
+        return fn
+
     def _batch_kernels(self) -> tuple[Any, Any, Any]:
         """``admit_request`` and ``run_step`` with the index arrays and ``out`` bound, and
         ``cache_full_blocks`` with the index arrays bound: one C-level call per verb
@@ -330,7 +348,7 @@ class FastState:
             idx, ks = self._index(), self.kernels
             bound = self._batch = (partial(ks.admit_request, *idx, self.out),
                                    partial(ks.run_step, *idx, self.out),
-                                   partial(ks.cache_full_blocks, *idx))
+                                   self.cache_full_kernel())
         return bound
 
     def admit(self, memo: np.ndarray, known: int, buf: np.ndarray, lens: np.ndarray,

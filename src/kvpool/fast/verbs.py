@@ -192,6 +192,7 @@ class FastBatchVerbs:
         # After the argument checks, as the composition converts ``blocks``: its candidates
         # only (shell.candidate_table; a list of plain ints needs no conversion).
         head = table[num_cached:num_full] if ratio else ()
+        old: Sequence[Any]
         if type(table) is list and set(map(type, head)) <= _INT_ONLY:
             old = table
         else:
@@ -358,7 +359,8 @@ class FastBatchVerbs:
                         and last[2] == read):
                     return last[3]
                 width = hashes.width if read else 0
-                packed = (view, uniform_lens(read, width), width)
+                packed: tuple[np.ndarray, np.ndarray, int] | None = (
+                    view, uniform_lens(read, width), width)
                 self._last_view = (hashes, buffer, read, packed)
                 return packed
         selected = hashes[:read] if read < len(hashes) else hashes

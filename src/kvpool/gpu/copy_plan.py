@@ -87,11 +87,12 @@ def as_pair_array(pairs: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:
     if plain:
         out = np.empty((len(rows), 3), dtype=_INT64)
         try:  # struct writes the ints straight into the array: ~3x np.array(flat)
-            struct.pack_into(f"{len(flat)}q", out, 0, *flat)
+            # (numpy's stubs do not declare an ndarray a writable buffer on Python 3.11)
+            struct.pack_into(f"{len(flat)}q", out, 0, *flat)  # type: ignore[arg-type]
             return out
         except struct.error:  # an int beyond int64: the slow path names it
             pass
-    out = []
+    parsed: list[tuple[int, int, int]] = []
     for i, pair in enumerate(rows):
         try:
             src, dst, group = pair
@@ -99,9 +100,9 @@ def as_pair_array(pairs: Iterable[Sequence[int]] | np.ndarray) -> np.ndarray:
             raise InvalidArgument(
                 f"pairs[{i}] must be (src_block_id, dst_block_id, group_id), got {pair!r}"
             ) from None
-        out.append((_int(src, f"pairs[{i}].src"), _int(dst, f"pairs[{i}].dst"),
-                    _int(group, f"pairs[{i}].group")))
-    return np.array(out, dtype=_INT64).reshape(-1, 3)
+        parsed.append((_int(src, f"pairs[{i}].src"), _int(dst, f"pairs[{i}].dst"),
+                       _int(group, f"pairs[{i}].group")))
+    return np.array(parsed, dtype=_INT64).reshape(-1, 3)
 
 
 @dataclass(frozen=True)

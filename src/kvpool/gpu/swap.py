@@ -43,7 +43,7 @@ class SwapOut:
     """
 
     def __init__(self, tables: Sequence[Sequence[int]], host_ids: list[list[int]],
-                 pairs: np.ndarray, segments: np.ndarray | None = None) -> None:
+                 pairs: np.ndarray, segments: np.ndarray) -> None:
         self.tables = [list(t) for t in tables]
         self.host_ids = host_ids
         self.pairs = pairs

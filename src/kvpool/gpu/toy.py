@@ -51,7 +51,7 @@ class ToyDecoder:
 
     def __init__(self, manager: KVCacheManager, num_layers: int = 2, vocab: int = 101,
                  seed: int = 0) -> None:
-        self.groups = []
+        self.groups: list[tuple[list[tuple[torch.Tensor, ...]], int | None] | None] = []
         gen = torch.Generator().manual_seed(seed)
         for group in manager.kv_cache_config.kv_cache_groups:
             spec = group.kv_cache_spec
@@ -69,9 +69,16 @@ class ToyDecoder:
                   if isinstance(s := g.kv_cache_spec, AttentionSpec))
         self.freq = 1.0 / (10.0 ** (torch.arange(dim, dtype=torch.float32) / dim))
 
+    def _attention(self, group: int) -> tuple[list[tuple[torch.Tensor, ...]], int | None]:
+        """The layers and window of an attention group."""
+        entry = self.groups[group]
+        if entry is None:
+            raise ValueError(f"group {group} is not an attention group")
+        return entry
+
     def qkv(self, group: int, layer: int, tokens: torch.Tensor, positions: torch.Tensor):
         """``[tokens, heads, dim]`` float32 query, key and value."""
-        q, k, v = self.groups[group][0][layer]
+        q, k, v = self._attention(group)[0][layer]
         d = q.shape[-1]
         angle = positions.to(torch.float32)[:, None, None] * self.freq[None, None, :d]
         c, s = torch.cos(angle), torch.sin(angle)
@@ -81,7 +88,7 @@ class ToyDecoder:
 
     def visible(self, group: int, position: int) -> range:
         """Positions a query at ``position`` attends to (its window, or all before it)."""
-        window = self.groups[group][1]
+        window = self._attention(group)[1]
         return range(0 if window is None else max(0, position - window + 1), position + 1)
 
     @staticmethod
@@ -95,7 +102,7 @@ class ToyDecoder:
         as the cache stores them)."""
         t = torch.tensor(list(tokens), dtype=torch.long)
         pos = torch.arange(len(t))
-        rows = [[] for _ in range(len(t))]
+        rows: list[list[torch.Tensor]] = [[] for _ in range(len(t))]
         for g, group in enumerate(self.groups):
             if group is None:
                 continue
@@ -119,6 +126,14 @@ class ToyRequest:
     offloaded_tokens: int = 0
     finished: bool = False
     hits: tuple[list[int], ...] = ()  # its prefix hits per group, at its last admission
+
+
+class _ReuseIgnored(Offloader):
+    """Planted ``ignore-reuse-watcher``: a block handed out again while its copy-out is in
+    flight is neither finished nor invalidated (the new owner may overwrite it first)."""
+
+    def on_reuse(self, block_id: int) -> None:
+        return None
 
 
 class ToyEngine:
@@ -152,14 +167,13 @@ class ToyEngine:
         pool = manager.block_pool
         self.copier = BlockCopier(self.cache, ref_cnts=lambda ids: pool.observe().ref_cnts(ids),
                                   release=getattr(manager, "release_copy_endpoints", None))
-        self.offloader = None
+        self.offloader: Offloader | None = None
         if host_blocks:
             host = PagedKVCache(config, dtype, "cpu", num_layers=model.num_layers,
                                 num_blocks=host_blocks, pin_memory=self.device.type == "cuda")
-            self.offloader = Offloader(self.cache, host, on_reuse=on_reuse,
+            offloader = _ReuseIgnored if planted == "ignore-reuse-watcher" else Offloader
+            self.offloader = offloader(self.cache, host, on_reuse=on_reuse,
                                        ref_cnts=lambda ids: pool.observe().ref_cnts(ids))
-            if planted == "ignore-reuse-watcher":
-                self.offloader.on_reuse = lambda block_id: None
         self.token_budget = token_budget
         self.planted = planted
         self.waiting: list[ToyRequest] = []
@@ -253,7 +267,7 @@ class ToyEngine:
         if external:
             self._reload(toy, num_hit, external)
         elif toy.transfer is not None:
-            self.offloader.release(toy.transfer)
+            self._host().release(toy.transfer)
             toy.transfer = None
         req.num_computed_tokens = num_hit + external
         req.status = RequestStatus.RUNNING
@@ -296,11 +310,23 @@ class ToyEngine:
             end -= 1
         return max(0, end - num_hit)
 
+    def _host(self) -> Offloader:
+        if self.offloader is None:
+            raise RuntimeError("this engine has no host blocks (host_blocks=0)")
+        return self.offloader
+
     def _reload(self, toy: ToyRequest, num_hit: int, external: int) -> None:
+        # external > 0 only when _reloadable_tokens found the transfer's copy covering it
+        transfer = toy.transfer
+        if transfer is None:
+            raise RuntimeError(f"{toy.request.request_id}: nothing offloaded to reload")
         tables = self.manager.get_block_ids(toy.request.request_id)
-        spans = self._reload_spans(toy.transfer, num_hit, num_hit + external)
-        self.offloader.swap_in(toy.transfer, tables, spans)
-        self.offloader.release(toy.transfer)
+        spans = self._reload_spans(transfer, num_hit, num_hit + external)
+        if spans is None:
+            raise RuntimeError(f"{toy.request.request_id}: the host copy does not cover "
+                               f"tokens {num_hit}..{num_hit + external}")
+        self._host().swap_in(transfer, tables, spans)
+        self._host().release(transfer)
         toy.transfer = None
 
     # -- the forward pass -----------------------------------------------------------------
@@ -349,7 +375,7 @@ class ToyEngine:
         if take is None:
             return [], []
         pairs, retained = take()
-        return [tuple(int(x) for x in p) for p in pairs], [int(b) for b in retained]
+        return [(int(s), int(d), int(g)) for s, d, g in pairs], [int(b) for b in retained]
 
     def _step_tokens(self, scheduled):
         rows, positions, tokens = [], [], []

@@ -27,7 +27,8 @@ from kvpool import events as kv_events
 from kvpool.shell import BlockRef, PoolAbstract, as_block_id
 from kvpool.spec.state import PoolState
 
-_EVENT_CLASSES = {
+_EVENT_CLASSES: dict[str, type[kv_events.BlockStored] | type[kv_events.BlockRemoved]
+                     | type[kv_events.AllBlocksCleared]] = {
     "BlockStored": kv_events.BlockStored,
     "BlockRemoved": kv_events.BlockRemoved,
     "AllBlocksCleared": kv_events.AllBlocksCleared,
@@ -68,7 +69,8 @@ class ObjectPoolAdapter:
 
     def convert_event(self, event: Any, seq: int) -> kv_events.KVCacheEvent:
         """A pool event as kvpool's event class, numbered ``seq`` (fields matched by name)."""
-        if isinstance(event, tuple(_EVENT_CLASSES.values())):
+        if isinstance(event, (kv_events.BlockStored, kv_events.BlockRemoved,
+                              kv_events.AllBlocksCleared)):
             return dataclasses.replace(event, seq=seq)
         cls = _EVENT_CLASSES[type(event).__name__]
         values = {

@@ -55,8 +55,8 @@ def _named_backend(name: str) -> Backend:
     if name.startswith("planted:"):
         from kvpool.harness.planted import planted_class
 
-        cls = planted_class(name.removeprefix("planted:"))
-        return Backend(name, cls, repr(name))
+        planted = planted_class(name.removeprefix("planted:"))
+        return Backend(name, planted, repr(name))
     if name == "vllm" or name.startswith("vllm:"):
         from kvpool.harness.vllm_adapter import require_vllm, vllm_factory
 
@@ -69,7 +69,7 @@ def _named_backend(name: str) -> Backend:
         return Backend("vllm", factory, repr(name), factory.pool_api)
     if name not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
-    cls = backend_class(name)
+    cls: Any = backend_class(name)  # its own options (check_contracts) are checked here
     if _accepts(cls, "check_contracts"):
         # Contract checking re-runs the spec inside the backend; the harness already compares
         # against the spec after every call, so it would only halve the speed.

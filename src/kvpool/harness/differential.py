@@ -60,7 +60,8 @@ def shrink_time_limit(seconds: float | None) -> Iterator[None]:
         yield
         return
     saved, saved_report = _engine.MAX_SHRINKING_SECONDS, _engine.report
-    _engine.MAX_SHRINKING_SECONDS = seconds
+    # Annotated int by Hypothesis; only ever compared with elapsed (float) seconds.
+    _engine.MAX_SHRINKING_SECONDS = seconds  # type: ignore[assignment]
 
     def report(text: str) -> None:  # Hypothesis's warning names its own five-minute default
         saved_report(shrink_warning(text, seconds))

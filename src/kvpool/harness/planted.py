@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
+from typing import ClassVar
 
 from kvpool.errors import DoubleFree
 from kvpool.keys import pack_key
@@ -24,20 +26,27 @@ from kvpool.reference.pool import ReferenceBlockPool
 from kvpool.spec import preconditions as pre
 from kvpool.spec.records import EventRecord
 
-PLANTED: dict[str, type[ReferenceBlockPool]] = {}
+
+class PlantedPool(ReferenceBlockPool):
+    """The base of the planted pools: the reference, and the bug planted, in words."""
+
+    bug: ClassVar[str] = ""
 
 
-def _planted(name: str, bug: str):
-    def register(cls: type[ReferenceBlockPool]) -> type[ReferenceBlockPool]:
+PLANTED: dict[str, type[PlantedPool]] = {}
+
+
+def _planted(name: str, bug: str) -> Callable[[type[PlantedPool]], type[PlantedPool]]:
+    def register(cls: type[PlantedPool]) -> type[PlantedPool]:
         cls.backend_name = f"planted:{name}"
-        cls.bug = bug  # type: ignore[attr-defined]
+        cls.bug = bug
         PLANTED[name] = cls
         return cls
 
     return register
 
 
-def planted_class(name: str) -> type[ReferenceBlockPool]:
+def planted_class(name: str) -> type[PlantedPool]:
     """The planted pool called ``name`` (see :data:`PLANTED`)."""
     try:
         return PLANTED[name]
@@ -46,7 +55,7 @@ def planted_class(name: str) -> type[ReferenceBlockPool]:
 
 
 @_planted("free_zones_swapped", "freed keyed blocks go to the front, unkeyed ones to the tail")
-class FreeZonesSwapped(ReferenceBlockPool):
+class FreeZonesSwapped(PlantedPool):
     """``_core_free`` with the two zones of the queue exchanged."""
 
     def _core_free(self, ids):
@@ -66,7 +75,7 @@ class FreeZonesSwapped(ReferenceBlockPool):
 
 
 @_planted("free_batch_reversed", "free_blocks processes the batch last block first")
-class FreeBatchReversed(ReferenceBlockPool):
+class FreeBatchReversed(PlantedPool):
     """``_core_free`` walking the batch backwards (eviction priority inverted)."""
 
     def _core_free(self, ids):
@@ -74,7 +83,7 @@ class FreeBatchReversed(ReferenceBlockPool):
 
 
 @_planted("reuse_keeps_old_key", "get_new_blocks does not evict a reused block's keys")
-class ReuseKeepsOldKey(ReferenceBlockPool):
+class ReuseKeepsOldKey(PlantedPool):
     """``_core_get_new_blocks`` without the lazy eviction of the popped blocks' keys."""
 
     def _core_get_new_blocks(self, n):
@@ -91,7 +100,7 @@ class ReuseKeepsOldKey(ReferenceBlockPool):
 
 
 @_planted("touch_stays_queued", "touch takes a reference but leaves a free block in the queue")
-class TouchStaysQueued(ReferenceBlockPool):
+class TouchStaysQueued(PlantedPool):
     """``_core_touch`` that forgets to unlink a free block from the queue."""
 
     def _core_touch(self, ids):
@@ -104,7 +113,7 @@ class TouchStaysQueued(ReferenceBlockPool):
 
 
 @_planted("usage_off_by_one", "get_usage divides by num_gpu_blocks, counting the null block")
-class UsageOffByOne(ReferenceBlockPool):
+class UsageOffByOne(PlantedPool):
     """``get_usage`` over all blocks instead of the usable ``N - 1``."""
 
     def get_usage(self) -> float:
@@ -112,7 +121,7 @@ class UsageOffByOne(ReferenceBlockPool):
 
 
 @_planted("duplicate_newest_first", "a key with several blocks answers its newest block")
-class DuplicateNewestFirst(ReferenceBlockPool):
+class DuplicateNewestFirst(PlantedPool):
     """``_core_get_cached_block`` answering the newest duplicate, not the earliest."""
 
     def _core_get_cached_block(self, block_hash, group_ids):
@@ -126,7 +135,7 @@ class DuplicateNewestFirst(ReferenceBlockPool):
 
 
 @_planted("eviction_event_missing", "dropping a block's keys emits no BlockRemoved")
-class EvictionEventMissing(ReferenceBlockPool):
+class EvictionEventMissing(PlantedPool):
     """``_maybe_evict_cached_block`` that removes the keys but records no event."""
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock, records: list[EventRecord]) -> bool:
@@ -134,7 +143,7 @@ class EvictionEventMissing(ReferenceBlockPool):
 
 
 @_planted("rejected_free_half_applied", "a double free releases the blocks before it, then raises")
-class RejectedFreeHalfApplied(ReferenceBlockPool):
+class RejectedFreeHalfApplied(PlantedPool):
     """``_core_free`` that, like vLLM, walks the batch and fails at the over-released block."""
 
     def _core_free(self, ids):
@@ -153,7 +162,7 @@ class RejectedFreeHalfApplied(ReferenceBlockPool):
 
 
 @_planted("sequence_number_skips", "cache_full_blocks numbers its events one too high")
-class SequenceNumberSkips(ReferenceBlockPool):
+class SequenceNumberSkips(PlantedPool):
     """``_core_cache_full_blocks`` that skips a sequence number before its events."""
 
     def _core_cache_full_blocks(self, hashes, ids, num_cached, num_full, block_size, group_id,
@@ -168,7 +177,7 @@ class SequenceNumberSkips(ReferenceBlockPool):
 
 
 @_planted("watchers_fire_reversed", "reuse watchers fire last popped block first")
-class WatchersFireReversed(ReferenceBlockPool):
+class WatchersFireReversed(PlantedPool):
     """``_core_get_new_blocks`` reporting the fired watchers in reverse pop order."""
 
     def _core_get_new_blocks(self, n):
@@ -177,7 +186,7 @@ class WatchersFireReversed(ReferenceBlockPool):
 
 
 @_planted("secondary_keys_reversed", "a block's secondary keys are removed newest first")
-class SecondaryKeysReversed(ReferenceBlockPool):
+class SecondaryKeysReversed(PlantedPool):
     """``_remove_cached_block_hashes`` walking the secondary keys newest first."""
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[bytes]:
@@ -190,7 +199,7 @@ class SecondaryKeysReversed(ReferenceBlockPool):
 
 
 @_planted("touch_repeat_counted_once", "touch of a block listed twice takes one reference")
-class TouchRepeatCountedOnce(ReferenceBlockPool):
+class TouchRepeatCountedOnce(PlantedPool):
     """``_core_touch`` that de-duplicates the batch (a set where a list was meant)."""
 
     def _core_touch(self, ids):
@@ -198,7 +207,7 @@ class TouchRepeatCountedOnce(ReferenceBlockPool):
 
 
 @_planted("free_repeat_counted_once", "free_blocks releases a block listed twice only once")
-class FreeRepeatCountedOnce(ReferenceBlockPool):
+class FreeRepeatCountedOnce(PlantedPool):
     """``_core_free`` that de-duplicates the batch after validating it."""
 
     def _core_free(self, ids):
@@ -209,7 +218,7 @@ class FreeRepeatCountedOnce(ReferenceBlockPool):
 
 
 @_planted("writable_ignores_holders", "is_block_writable asks for a holder, not the only one")
-class WritableIgnoresHolders(ReferenceBlockPool):
+class WritableIgnoresHolders(PlantedPool):
     """``_core_is_block_writable`` testing ``ref_cnt >= 1`` instead of ``== 1``."""
 
     def _core_is_block_writable(self, block_id):
@@ -247,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if missed else 0
 
 
-__all__ = ["PLANTED", "main", "planted_class", "steps_to_detection"]
+__all__ = ["PLANTED", "PlantedPool", "main", "planted_class", "steps_to_detection"]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -13,6 +13,7 @@ the profile name, the CLI passes ``--seed``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -34,7 +35,7 @@ class Profile:
         phases = [Phase.explicit, Phase.reuse, Phase.generate]
         if shrink:
             phases.append(Phase.shrink)
-        values = dict(
+        values: dict[str, Any] = dict(
             max_examples=max(1, round(max_examples * self.example_scale)),
             stateful_step_count=self.stateful_step_count,
             derandomize=self.derandomize,

@@ -9,6 +9,7 @@ LCM, the scheduler block size), because that is where alignment bugs live.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
@@ -47,7 +48,7 @@ class StackConfiguration:
     def kv_cache_config(self) -> KVCacheConfig:
         return KVCacheConfig(self.num_blocks, self.groups)
 
-    def manager_kwargs(self) -> dict[str, object]:
+    def manager_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :class:`kvpool.policy.KVCacheManager` (bar ``backend``)."""
         return dict(
             kv_cache_config=self.kv_cache_config(), max_model_len=self.max_model_len,

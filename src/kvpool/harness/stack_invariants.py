@@ -48,6 +48,7 @@ def every_reference_is_counted_once(manager: Any, request_ids: Sequence[str],
     misses is a use-after-free waiting to happen."""
     pool = manager.block_pool
     holds: Counter[int] = Counter()
+    table: Sequence[int]
     for table in all_tables(manager, request_ids).values():
         holds.update(b for b in table if b != pool.null_block)
     for table in popped:

@@ -365,7 +365,7 @@ class StackMachine:
         """``allocate_slots`` on every stack, with the §11.26/27 checks; success?"""
         la = self._lookahead() if lookahead is None else lookahead
         rid = request.request_id
-        before = []
+        before: list[tuple[Any, Any, list[int]] | None] = []
         for stack in self.stacks:
             if not stack.native:
                 before.append(None)

@@ -26,7 +26,7 @@ def _managers(m: KVCacheManager) -> tuple[Any, ...]:
 
 
 def _independent_lookups(m: KVCacheManager) -> None:
-    coordinator = m.coordinator
+    coordinator: Any = m.coordinator  # a hybrid coordinator, patched
 
     def broken(block_hashes: Any, max_len: int) -> Any:
         # Wrong fixed point: every spec group looked up on its own at the cap, then the
@@ -49,7 +49,7 @@ def _independent_lookups(m: KVCacheManager) -> None:
 
 
 def _lookup_aligned_to_own_block_size(m: KVCacheManager) -> None:
-    coordinator = m.coordinator
+    coordinator: Any = m.coordinator  # a hybrid coordinator, patched
 
     def broken(self: Any, sg: Any, block_hashes: Any, max_length: int, drop: bool) -> Any:
         return sg.manager_cls.find_longest_cache_hit(
@@ -132,7 +132,7 @@ def _mamba_same_step_hit_allowed(m: KVCacheManager) -> None:
 
 
 def _hit_reaches_last_token(m: KVCacheManager) -> None:
-    coordinator = m.coordinator
+    coordinator: Any = m.coordinator  # patched
     original = coordinator.find_longest_cache_hit
     coordinator.find_longest_cache_hit = lambda hashes, max_len: original(hashes, max_len + 1)
 
@@ -217,6 +217,8 @@ def _fast_hit_reaches_last_token(m: Any) -> None:
 def _fast_touch_after_allocating(m: Any) -> None:
     class Deferred:
         """The pool, with each touch held back until the next allocation has run."""
+
+        pending: list[list[Any]]
 
         def __init__(self, pool: Any) -> None:
             self.pool, self.pending = pool, []

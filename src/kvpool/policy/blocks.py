@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Literal, overload
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,12 @@ class KVCacheBlocks:
     def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
         return KVCacheBlocks(tuple(list(chain(a, b))
                                    for a, b in zip(self.blocks, other.blocks, strict=True)))
+
+    @overload
+    def get_block_ids(self, allow_none: Literal[False] = False) -> tuple[list[int], ...]: ...
+
+    @overload
+    def get_block_ids(self, allow_none: bool) -> tuple[list[int], ...] | None: ...
 
     def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...] | None:
         """The ids per group as fresh lists; ``None`` if ``allow_none`` and all are empty."""

@@ -32,7 +32,7 @@ from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained
 from kvpool.events import BlockStored, KVCacheEvent
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.circular_buffer import CircularBufferManager
-from kvpool.policy.coordinator import PoolFactory, get_kv_cache_coordinator
+from kvpool.policy.coordinator import KVCacheCoordinator, PoolFactory, get_kv_cache_coordinator
 from kvpool.policy.cross_attention import CrossAttentionManager
 from kvpool.policy.request import RequestStatus
 from kvpool.policy.specs import (
@@ -108,22 +108,23 @@ class KVCacheManager:
             raise InvalidConfig(f"watermark must be non-negative, got {watermark!r}")
         if max_num_batched_tokens is None:
             max_num_batched_tokens = max_model_len
-        self.max_model_len = max_model_len
-        self.enable_caching = bool(enable_caching)
-        self.use_eagle = bool(use_eagle)
-        self.log_stats = bool(log_stats)
-        self.coordinator = get_kv_cache_coordinator(
+        self.max_model_len: int = max_model_len
+        self.enable_caching: bool = bool(enable_caching)
+        self.use_eagle: bool = bool(use_eagle)
+        self.log_stats: bool = bool(log_stats)
+        self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
             kv_cache_config, max_model_len, max_num_batched_tokens, self.use_eagle,
             self.enable_caching, enable_kv_cache_events, dcp_world_size, pcp_world_size,
             scheduler_block_size, hash_block_size, metrics_collector,
             backend=backend, retention_interval=retention_interval,
             allow_partial_hash_hits=allow_partial_hash_hits)
-        self.kv_cache_config = kv_cache_config
-        self.block_pool = self.coordinator.block_pool
-        self.num_kv_cache_groups = len(kv_cache_config.kv_cache_groups)
-        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
-        self.prefix_cache_stats = PrefixCacheStats() if self.log_stats else None
-        self.kv_cache_event_metadata = tuple(
+        self.kv_cache_config: KVCacheConfig = kv_cache_config
+        self.block_pool: Any = self.coordinator.block_pool
+        self.num_kv_cache_groups: int = len(kv_cache_config.kv_cache_groups)
+        self.watermark_blocks: int = int(watermark * kv_cache_config.num_blocks)
+        self.prefix_cache_stats: PrefixCacheStats | None = \
+            PrefixCacheStats() if self.log_stats else None
+        self.kv_cache_event_metadata: tuple[tuple[str, int | None], ...] = tuple(
             (spec_kind(g.kv_cache_spec), spec_sliding_window(g.kv_cache_spec))
             for g in kv_cache_config.kv_cache_groups)
         self.empty_kv_cache_blocks: Any = KVCacheBlocks(tuple(() for _ in range(

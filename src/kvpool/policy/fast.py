@@ -37,6 +37,7 @@ block); every other call runs the generic policy. Most decode steps are such ste
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 from kvpool.policy.blocks import KVCacheBlocks
@@ -260,7 +261,7 @@ class FastKVCacheManager(_FastPolicy):
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
                 has_scheduled_reqs)
-        hits: list[int] | None = None
+        hits: Sequence[int] | None = None
         if new_computed_blocks is not None and \
                 new_computed_blocks is not self.empty_kv_cache_blocks:
             hits = self._admissible_hits(rid, seen, new_computed_blocks,
@@ -344,7 +345,7 @@ class FastKVCacheManager(_FastPolicy):
         return self.make_blocks((new,))
 
     def _admissible_hits(self, rid: str, seen: Any, hit_object: Any,
-                         num_new_computed_tokens: int) -> Any:
+                         num_new_computed_tokens: int) -> Sequence[int] | None:
         """The hit ids of a new request's admission when they are plainly valid (ints of
         this pool, none null, covering exactly the computed tokens) and the request holds
         nothing; ``None`` for anything else (the generic policy then decides or refuses)."""
@@ -364,7 +365,7 @@ class FastKVCacheManager(_FastPolicy):
                 return None
         return hits
 
-    def _num_evictable(self, hits: list[int]) -> int:
+    def _num_evictable(self, hits: Sequence[int]) -> int:
         """How many hits are free cached candidates (ref 0): a touch takes each out of the
         free count (``pool_access.num_evictable``, without the null block: hits have none)."""
         return self.block_pool.observe().ref_cnts(hits).count(0)  # type: ignore[no-any-return]

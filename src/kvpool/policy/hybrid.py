@@ -156,9 +156,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             if sg.is_full_attention:
                 keep = cdiv(hit, sg.spec.block_size)
                 for gid in sg.group_ids:
-                    blocks = hits[gid]
-                    if blocks is not None:
-                        del blocks[keep:]
+                    kept = hits[gid]
+                    if kept is not None:
+                        del kept[keep:]
         self.num_uncached_common_prefix_tokens = longest - hit
         return tuple(b if b is not None else [] for b in hits), hit
 
@@ -201,9 +201,9 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             if sg.is_full_attention:
                 keep = hit // sg.spec.block_size
                 for gid in sg.group_ids:
-                    blocks = hits[gid]
-                    if blocks is not None:
-                        del blocks[keep:]
+                    kept = hits[gid]
+                    if kept is not None:
+                        del kept[keep:]
         self.num_uncached_common_prefix_tokens = longest - hit
         return tuple(b if b is not None else [] for b in hits), hit
 

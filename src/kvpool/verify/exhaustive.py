@@ -203,7 +203,8 @@ def _tables(n: int) -> list[tuple[int, ...]]:
     out-of-range ids when there is one usable block), the null block first, one block twice.
     Closed under renaming the usable ids."""
     usable = range(1, n)
-    pairs = [(a, b) for a in usable for b in usable if a != b] or [(1, 2), (2, 1)]
+    pairs: list[tuple[int, ...]] = [(a, b) for a in usable for b in usable if a != b] or [
+        (1, 2), (2, 1)]
     return ([(b,) for b in usable] + pairs + [(0, b) for b in usable]
             + [(b, b) for b in usable])
 
@@ -272,7 +273,7 @@ def _renamed(state: PoolState, blocks: tuple[int, ...], keys: dict[bytes, bytes]
     return (
         tuple(state.ref_cnt[b] for b in old),
         tuple(blocks[b] for b in state.free_queue),
-        tuple(b"" if pk[b] is None else k(pk[b]) for b in old),
+        tuple(b"" if (key := pk[b]) is None else k(key) for b in old),
         tuple(-1 if pt[b] is None else pt[b] for b in old),
         tuple(sorted((blocks[b], tuple(map(k, ks))) for b, ks in state.secondary_keys.items())),
         tuple(sorted((k(key), tuple(blocks[b] for b in ids)) for key, ids in state.cache.items())),

@@ -112,6 +112,8 @@ class _SplitReturns(ast.NodeTransformer):
 
     def visit_Return(self, node: ast.Return) -> Any:
         value = node.value
+        if value is None:  # a bare return: nothing to check
+            return node
         parts = value.values if isinstance(value, ast.BoolOp) and isinstance(
             value.op, ast.And) else [value]
         checks: list[ast.stmt] = []

@@ -61,9 +61,9 @@ class Mutant:
     change: str
 
 
-def _sites(tree: ast.AST) -> list[tuple[ast.AST, str, int]]:
+def _sites(tree: ast.AST) -> list[tuple[ast.expr, str, int]]:
     """Every (node, kind, variant) this mutator can change, in source order."""
-    out: list[tuple[ast.AST, str, int]] = []
+    out: list[tuple[ast.expr, str, int]] = []
     docstrings = {
         id(n.body[0].value) for n in ast.walk(tree)
         if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Module)) and n.body
@@ -216,6 +216,7 @@ def run_mutant(mutant: Mutant, timeout_s: float = 600) -> Result:
     start = time.monotonic()
     command = [sys.executable, "-m", "kvpool.verify.mutate", "--child", mutant.module,
                str(mutant.index)]
+    killed: str | None
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               cwd=ROOT)
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"  [{r.detail}]" if r.detail else ""))
         by: dict[str, int] = {}
         for r in killed:
-            by[r.killed_by] = by.get(r.killed_by, 0) + 1  # type: ignore[index]
+            if r.killed_by:  # every killed result names its killer
+                by[r.killed_by] = by.get(r.killed_by, 0) + 1
         print(f"{len(killed)}/{len(results)} mutants killed "
               f"({100 * len(killed) / max(1, len(results)):.0f} %): {by}")
     return 0 if not survivors else 1

@@ -27,10 +27,10 @@ class BlockView(KVCacheBlock):
     the pool owns the state; the free-queue links are not modelled)."""
 
     def __init__(self, block_id: int, pool: Any) -> None:  # noqa: D107 - no parent init
-        self.block_id = block_id
-        self.is_null = block_id == pool.null_block
-        self.prev_free_block = None
-        self.next_free_block = None
+        self.block_id = block_id  # type: ignore[misc]  # slot of KVCacheBlock (Any: no vLLM)
+        self.is_null = block_id == pool.null_block  # type: ignore[misc]  # (as above)
+        self.prev_free_block = None  # type: ignore[misc]  # (as above)
+        self.next_free_block = None  # type: ignore[misc]  # (as above)
         self._pool = pool
 
     @property  # type: ignore[override]

@@ -193,7 +193,8 @@ def _plain(value: Any) -> Any:
 def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
     """One step's decisions, as plain JSON values (what the conformance compares)."""
     cached = output.scheduled_cached_reqs
-    new_blocks = {r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
+    new_blocks: dict[str, list[list[Any]] | None] = {
+        r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
     for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
         new_blocks[rid] = None if ids is None else [list(g) for g in ids]
     return {

@@ -396,14 +396,17 @@ class Subscriber:
     def _request(self, follow: _Follow, start: int,
                  timeout: float) -> list[tuple[int, bytes]] | None:
         """The replay answer for ``start`` (``None`` on timeout; the socket is then renewed)."""
+        endpoint = follow.source.replay_endpoint
+        if endpoint is None:  # _recover asks only sources that have one
+            return None
         if follow.dealer is None:
             follow.dealer = self._ctx.socket(zmq.DEALER)
             follow.dealer.setsockopt(zmq.LINGER, 0)
-            follow.dealer.connect(follow.source.replay_endpoint)
+            follow.dealer.connect(endpoint)
         dealer = follow.dealer
         follow.stats.replay_requests += 1
         dealer.send_multipart((b"", start.to_bytes(SEQ_BYTES, "big")))
-        answer = []
+        answer: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()

@@ -63,7 +63,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -117,7 +117,7 @@ class SimulationReport:
 
     TIMING_FIELDS = ("pool_s", "wall_s", "warmup_s", "verb_s", "pool_cpu_s", "hash_s",
                      "hash_cpu_s")
-    JSON_FIELDS = (
+    JSON_FIELDS: ClassVar[tuple[str, ...]] = (
         "requests",
         "prompt_tokens",
         "hit_tokens",
@@ -278,10 +278,11 @@ class _Driver(TimedCalls):
         hashed as it is built (the raw hash modes then reuse the packing that checked the
         tokens), and later blocks by :meth:`_hash_new_blocks`, once computed."""
         if not self.caching:
-            return Request(spec.id, spec.prompt)  # the Request makes its own list
+            # The Request checks the tokens and makes its own list (of any sequence).
+            return Request(spec.id, cast(list[int], spec.prompt))
         cpu = time.thread_time()
         began = time.perf_counter()
-        request = Request(spec.id, spec.prompt, block_hasher=self.block_hasher)
+        request = Request(spec.id, cast(list[int], spec.prompt), block_hasher=self.block_hasher)
         request.block_hasher = None  # a sampled token must not hash the block it fills
         self.hash_s += time.perf_counter() - began
         self.hash_cpu_s += time.thread_time() - cpu
