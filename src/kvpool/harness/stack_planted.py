@@ -280,9 +280,9 @@ def _fast_admission_gate_skipped(m: Any) -> None:
     original = m._allocate
 
     def broken(request: Any, *args: Any) -> Any:
-        args = list(args)
-        args[7] = False  # full_sequence_must_fit: the gate is never checked
-        return original(request, *args)
+        changed = list(args)
+        changed[7] = False  # full_sequence_must_fit: the gate is never checked
+        return original(request, *changed)
 
     m._allocate = broken
 
