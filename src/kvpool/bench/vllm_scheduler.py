@@ -19,16 +19,14 @@ cache is per Numba version, and the kit's Numba is not the checkout's.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvpool.errors import InvalidConfig
+from kvpool.bench.json_process import JsonLineProcess
 
 
 class SchedulerDivergence(AssertionError):
@@ -47,8 +45,10 @@ class SchedulerBenchConfig:
     kv_events: bool = False
 
 
-class _Side:
-    """One vLLM process answering driver commands (one JSON line each)."""
+class _Side(JsonLineProcess):
+    """One vLLM process answering :mod:`kvpool.vllm.scheduler_run` commands."""
+
+    name = "the vLLM scheduler process"
 
     def __init__(self, python: str, kit: str) -> None:
         venv_root = Path(os.path.abspath(python)).parents[2]  # <kit>/venv/bin/python
@@ -57,30 +57,7 @@ class _Side:
                                                            str(venv_root / "kvpool-deps")]),
                    PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="ERROR", HF_HUB_OFFLINE="1",
                    KVPOOL_VLLM_KIT=kit, NUMBA_CACHE_DIR=str(venv_root / "numba-cache"))
-        self.proc = subprocess.Popen(
-            [python, "-m", "kvpool.vllm.scheduler_run"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        proc = self.proc
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(json.dumps(command) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-        except BrokenPipeError:
-            line = ""
-        while line and not line.startswith("{"):
-            line = proc.stdout.readline()  # a library printing to stdout: skipped
-        if not line:
-            err = proc.stderr.read() if proc.stderr is not None else ""
-            raise InvalidConfig(f"the vLLM scheduler process stopped: {err.strip()[-3000:]}")
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=120)
+        super().__init__([python, "-m", "kvpool.vllm.scheduler_run"], env)
 
 
 def run_vllm_scheduler_bench(config: SchedulerBenchConfig,

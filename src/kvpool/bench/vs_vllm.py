@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +39,7 @@ from typing import Any
 from kvpool.backends import make_pool
 from kvpool.bench import vllm_pattern
 from kvpool.bench.construct import measure_construction
+from kvpool.bench.json_process import JsonLineProcess
 from kvpool.errors import InvalidConfig
 from kvpool.hashing import BlockHasher
 from kvpool.workload.driver import HASH_SEED, replay
@@ -86,38 +85,18 @@ def default_kit() -> str | None:
     return str(guess.resolve()) if (guess / "bench.py").exists() else None
 
 
-class VllmSide:
+class VllmSide(JsonLineProcess):
     """The kit's ``bench.py`` in the vLLM venv, one process, one JSON line per command."""
+
+    name = "the vLLM side"
 
     def __init__(self, python: str, kit: str) -> None:
         env = dict(os.environ, PYTHONHASHSEED="0", VLLM_LOGGING_LEVEL="WARNING",
                    VLLM_LOGGING_STREAM="ext://sys.stderr")
         env.pop("PYTHONPATH", None)  # the vLLM venv's own packages only
         script = str(Path(__file__).with_name("vllm_side.py"))
-        self._proc = subprocess.Popen(
-            [python, script, kit], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env,
-        )
+        super().__init__([python, script, kit], env)
         self.meta = self.ask({"what": "meta"})
-
-    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        proc = self._proc
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(json.dumps(command) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
-        except BrokenPipeError:
-            line = ""
-        if not line:
-            err = proc.stderr.read() if proc.stderr is not None else ""
-            raise InvalidConfig(f"the vLLM side stopped: {err.strip()[-2000:]}")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        self._proc.wait(timeout=60)
 
 
 def load_kit_trace(kit: str) -> list[tuple[str, int, list[int], list[int]]]:
