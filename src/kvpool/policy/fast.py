@@ -211,24 +211,32 @@ class FastKVCacheManager(_FastPolicy):
         bs = self._block_size
         table = self._tables[rid]
         num_new = -(-need // bs) - len(table)
+        watermark = self.watermark_blocks
+        if watermark and not (has_scheduled_reqs and request.status in self.watermark_statuses):
+            watermark = 0
+        pool = self.block_pool
         if num_new <= 0:
-            watermark = self.watermark_blocks
-            if watermark and has_scheduled_reqs and request.status in \
-                    self.watermark_statuses and watermark > self.block_pool.get_num_free_blocks():
+            num_new = 0
+            if watermark and watermark > pool.get_num_free_blocks():
                 return None
-            self._live[rid] = (num_tokens, computed)
-            if self.enable_caching and not delay_cache_blocks:
-                num_full = (main if main < num_tokens else num_tokens) // bs
-                num_cached = self._num_cached.get(rid, 0)
-                if num_full > num_cached:
-                    self.block_pool.cache_full_blocks(request, table, num_cached, num_full,
-                                                      bs, 0)
-                    self._num_cached[rid] = num_full
+        elif num_new + watermark > pool.get_num_free_blocks():
+            return None
+        new: list[int] = []
+        if num_new:  # the step's token starts a block (every block_size-th step)
+            new = pool.get_new_blocks(num_new)
+            table.extend(new)
+            if self._zeroed:
+                self._manager.new_block_ids.extend(new)
+        self._live[rid] = (num_tokens, computed)
+        if self.enable_caching and not delay_cache_blocks:
+            num_full = (main if main < num_tokens else num_tokens) // bs
+            num_cached = self._num_cached.get(rid, 0)
+            if num_full > num_cached:  # the step fills a block: key it
+                pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
+                self._num_cached[rid] = num_full
+        if not new:
             return self.empty_kv_cache_blocks
-        return self._allocate(
-            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-            num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
-            num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
+        return self.make_blocks((new,))
 
     def _allocate(
         self,
