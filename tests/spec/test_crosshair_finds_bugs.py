@@ -80,9 +80,17 @@ def _params(targets) -> list:
             for t in sorted(targets)]
 
 
+LONG_BUDGET_S = 90.0
+"""CPU seconds for the long searches. A search stops at its first counterexample, so this
+costs time only when a bug is missed; it is three times :data:`BUDGET_S` because on a loaded
+machine Z3's wall-clock query limits make each path dearer: the promotion search, found at
+~199 paths in about 8 s on an idle machine, once built only 104 paths in 30 s of CPU while
+another process held the second core."""
+
+
 @pytest.mark.parametrize("target", _params(PLANTED))
 def test_crosshair_finds_the_planted_bug(target):
-    result = _check(target, BUDGET_S)
+    result = _check(target, LONG_BUDGET_S if target in LONG_SEARCHES else BUDGET_S)
     assert result.status == "counterexample", (PLANTED[target], result)
     assert target.split(".")[-1] in result.counterexamples[0]
     op = target.split(".")[-1].split("_")[0]
@@ -99,7 +107,7 @@ def test_a_counterexample_names_the_broken_invariant_and_clause():
 
 @pytest.mark.parametrize("target", _params(PLANTED_PRECONDITIONS))
 def test_crosshair_finds_a_precondition_that_accepts_an_invalid_call(target):
-    result = _check(target, BUDGET_S)
+    result = _check(target, LONG_BUDGET_S if target in LONG_SEARCHES else BUDGET_S)
     assert result.status == "counterexample", result
     assert PLANTED_PRECONDITIONS[target] in result.explanations[0], result.explanations
 
