@@ -45,3 +45,17 @@ def test_the_summary_takes_medians_and_ratios_to_vllm() -> None:
     rows = vs.render_rows(result)
     assert rows[0][3] == "4.80x" and rows[0][4] == ">= 5x missed"
     assert rows[2][4] == ">= 1.6x met" and rows[-1][4] == "<= 1 s met"
+
+
+def test_the_cli_refuses_bad_usage_with_exit_2(tmp_path, capsys) -> None:
+    from kvpool.cli import main
+
+    fake_python = str(tmp_path / "no-such-python")
+    assert main(["bench", "--vllm-scheduler", fake_python, "--vllm-kit", str(tmp_path),
+                 "--backends", ","]) == 2
+    assert "names no backend" in capsys.readouterr().err
+    # A vLLM side that cannot start: one line on stderr, exit 2, no traceback.
+    assert main(["bench", "--vllm-scheduler", fake_python, "--vllm-kit", str(tmp_path),
+                 "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("kvpool bench: ") and "not an executable python" in err[-1]

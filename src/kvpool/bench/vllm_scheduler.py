@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kvpool.bench.json_process import JsonLineProcess
+from kvpool.errors import InvalidConfig
 
 
 class SchedulerDivergence(AssertionError):
@@ -51,7 +52,12 @@ class _Side(JsonLineProcess):
     name = "the vLLM scheduler process"
 
     def __init__(self, python: str, kit: str) -> None:
-        venv_root = Path(os.path.abspath(python)).parents[2]  # <kit>/venv/bin/python
+        if not os.access(python, os.X_OK) or os.path.isdir(python):
+            raise InvalidConfig(f"--vllm-scheduler: {python!r} is not an executable python "
+                                f"(a vLLM venv's, e.g. /tmp/anchors/vllm025/venv/bin/python)")
+        # <kit>/venv/bin/python (not resolved: a venv's python is a link to the base one);
+        # kvpool's dependencies and the Numba cache live beside the venv.
+        venv_root = Path(os.path.abspath(python)).parent.parent.parent
         src = Path(__file__).resolve().parents[2]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src),
                                                            str(venv_root / "kvpool-deps")]),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, run_bench
@@ -65,36 +66,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run_vs_vllm(args: argparse.Namespace) -> int:
-    from kvpool.bench.vs_vllm import (
-        VllmDivergence,
-        VsVllmConfig,
-        default_kit,
-        run_vs_vllm,
-    )
+def _vllm_kit(args: argparse.Namespace, flag: str) -> str | None:
+    """The kit directory (``--vllm-kit``, ``$KVPOOL_VLLM_KIT`` or ``../shared/vllm-kit``);
+    ``None`` after saying on stderr that ``flag`` needs one."""
+    from kvpool.bench.vs_vllm import default_kit
 
     kit = args.vllm_kit or default_kit()
     if not kit:
-        print("kvpool bench: --vs-vllm needs the vLLM kit (--vllm-kit DIR or $KVPOOL_VLLM_KIT)",
+        print(f"kvpool bench: {flag} needs the vLLM kit (--vllm-kit DIR or $KVPOOL_VLLM_KIT)",
               file=sys.stderr)
+    return kit
+
+
+def _against_vllm(args: argparse.Namespace, flag: str, divergence: type[BaseException],
+                  measure: Callable[[Callable[[str], None]], dict[str, Any]]
+                  ) -> tuple[int, dict[str, Any] | None]:
+    """``measure(log)`` with a phase line (a live status on a terminal, one log line per
+    phase elsewhere: a CI log shows where a long comparison is); the exit status and the
+    result: 1 when the sides decided differently, 2 for bad input or a failed side."""
+    from kvpool.cli._render import phase_status, progress_enabled
+
+    try:
+        with phase_status(f"kvpool bench {flag}", progress_enabled(args.json)) as log:
+            return 0, measure(log)
+    except divergence as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 1, None
+    except (KvPoolError, OSError) as exc:
+        print(f"kvpool bench: {exc}", file=sys.stderr)
+        return 2, None
+
+
+def run_vs_vllm(args: argparse.Namespace) -> int:
+    from kvpool.bench.vs_vllm import VllmDivergence, VsVllmConfig, run_vs_vllm
+
+    kit = _vllm_kit(args, "--vs-vllm")
+    if not kit:
         return 2
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     config = VsVllmConfig(python=args.vs_vllm, kit=kit, backends=backends, rounds=args.rounds,
                           micro=not args.no_micro, micro_slices=args.micro_slices,
                           construct=not args.no_construct)
-    from kvpool.cli._render import phase_status, progress_enabled
-
-    try:
-        # On a terminal a live status line with the current phase; elsewhere one log line
-        # per phase on stderr (a CI log shows where a long comparison is).
-        with phase_status("kvpool bench --vs-vllm", progress_enabled(args.json)) as log:
-            result = run_vs_vllm(config, log=log)
-    except VllmDivergence as exc:
-        print(f"kvpool bench: {exc}", file=sys.stderr)
-        return 1
-    except (KvPoolError, OSError) as exc:
-        print(f"kvpool bench: {exc}", file=sys.stderr)
-        return 2
+    status, result = _against_vllm(args, "--vs-vllm", VllmDivergence,
+                                   lambda log: run_vs_vllm(config, log=log))
+    if result is None:
+        return status
     if args.json:
         print(json.dumps(result))
     else:
@@ -109,26 +125,20 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         render_rows,
         run_vllm_scheduler_bench,
     )
-    from kvpool.bench.vs_vllm import default_kit
-    from kvpool.cli._render import phase_status, progress_enabled
 
-    kit = args.vllm_kit or default_kit()
+    kit = _vllm_kit(args, "--vllm-scheduler")
     if not kit:
-        print("kvpool bench: --vllm-scheduler needs the vLLM kit (--vllm-kit DIR or "
-              "$KVPOOL_VLLM_KIT)", file=sys.stderr)
         return 2
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not backends:
+        print("kvpool bench: --backends names no backend", file=sys.stderr)
+        return 2
     config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
                                   rounds=args.rounds, num_requests=args.requests)
-    try:
-        with phase_status("kvpool bench --vllm-scheduler", progress_enabled(args.json)) as log:
-            result = run_vllm_scheduler_bench(config, log=log)
-    except SchedulerDivergence as exc:
-        print(f"kvpool bench: {exc}", file=sys.stderr)
-        return 1
-    except (KvPoolError, OSError) as exc:
-        print(f"kvpool bench: {exc}", file=sys.stderr)
-        return 2
+    status, result = _against_vllm(args, "--vllm-scheduler", SchedulerDivergence,
+                                   lambda log: run_vllm_scheduler_bench(config, log=log))
+    if result is None:
+        return status
     if args.json:
         print(json.dumps(result))
         return 0
