@@ -58,13 +58,13 @@ def test_the_old_wrong_type_behaviour_is_caught(monkeypatch, fault):
     import kvpool.batch
     import kvpool.events
     import kvpool.request
-    import kvpool.shell
+    import kvpool.shell.pool
 
     backends = ["spec", "fast"]
     if fault == "mask by truthiness":  # the composition (spec) only; fast keeps its check
         monkeypatch.setattr(kvpool.batch, "as_mask", _truthy_mask)
     elif fault == "group ids unchecked":
-        monkeypatch.setattr(kvpool.shell, "as_group_ids", lambda ids: tuple(ids))
+        monkeypatch.setattr(kvpool.shell.pool, "as_group_ids", lambda ids: tuple(ids))
         backends = ["spec", "reference"]
     elif fault == "replay untyped":
         monkeypatch.setattr(kvpool.events, "_malformed", lambda event: None)

@@ -68,7 +68,7 @@ def test_get_usage_has_a_contract_and_the_exact_value(num_blocks, held):
 @pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
 def test_the_shell_takes_usage_from_the_spec(backend, monkeypatch):
     """Seeded: the shell's own formula (a second source of truth) would ignore this."""
-    import kvpool.shell as shell
+    import kvpool.shell.pool as shell
 
     pool = make_pool(5, backend=backend)
     pool.get_new_blocks(2)

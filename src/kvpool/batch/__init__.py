@@ -36,20 +36,20 @@ from kvpool.batch.checks import (
     Simulation,
     admit_rejection,
     allocation_rejection,
-    cache_arguments_rejection,
     candidates_rejection,
     check_lookup_arguments,
     checked_step,
     coarse_hashes,
     count,
-    dims,
     table_ids,
     table_rejection,
     write_rejection,
 )
 from kvpool.batch.observe import Observer, observe
 from kvpool.errors import CallbackError
-from kvpool.shell import as_group_ids, as_mask, candidate_table, request_block_hashes
+from kvpool.shell.arguments import as_group_ids, as_mask, candidate_table, request_block_hashes
+from kvpool.shell.cache_checks import cache_arguments_rejection
+from kvpool.shell.dims import dims
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
 

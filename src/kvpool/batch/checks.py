@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
 from kvpool.batch.observe import Observer, observe
 from kvpool.errors import (
-    CachingDisabled,
     DoubleFree,
     ForeignBlock,
     HashStateError,
@@ -29,46 +27,17 @@ from kvpool.errors import (
     NoFreeBlocks,
 )
 from kvpool.events import stored_rejection
-from kvpool.shell import (
+from kvpool.shell.arguments import (
     BlockRef,
     as_block_id,
     as_block_ids,
     candidate_table,
     request_block_hashes,
 )
+from kvpool.shell.cache_checks import cache_arguments_rejection
+from kvpool.shell.dims import dims
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import NULL_BLOCK_ID
-
-
-@dataclass(frozen=True)
-class Dims:
-    """What the spec's id and block-size checks read from a state."""
-
-    num_blocks: int
-    hash_block_size: int
-
-
-_DIMS: dict[tuple[int, int], Dims] = {}
-
-
-def dims(pool: Any) -> Any:
-    """The pool's ``Dims`` (kept: built once per shape, as checks run on every call)."""
-    return _dims(pool.num_gpu_blocks, pool.hash_block_size)
-
-
-def _dims(num_blocks: int, hash_block_size: int) -> Dims:
-    key = (num_blocks, hash_block_size)
-    found = _DIMS.get(key)
-    if found is None:
-        found = Dims(num_blocks, hash_block_size)
-        if len(_DIMS) < 256:
-            _DIMS[key] = found
-    return found
-
-
-def _hbs_dims(hash_block_size: int) -> Dims:
-    """A ``Dims`` for checks that read only ``hash_block_size``."""
-    return _dims(0, hash_block_size)
 
 
 def count(value: object) -> object:
@@ -152,51 +121,6 @@ def check_lookup_arguments(
     hashes = list(block_hashes) if max_num_blocks is None else list(block_hashes)[:max_num_blocks]
     check_bytes(hashes)
     return hashes
-
-
-def cache_arguments_rejection(
-    enable_caching: bool,
-    hash_block_size: int,
-    num_hashes: int,
-    table_len: int,
-    num_cached: object,
-    num_full: object,
-    block_size: object,
-    group_id: object,
-    mask: Sequence[bool] | None,
-) -> KvPoolError | None:
-    """The state-free checks of ``cache_full_blocks``, in :mod:`kvpool.spec.preconditions`
-    order (``num_cached >= num_full`` is a valid no-op and skips the rest)."""
-    if not enable_caching:
-        return CachingDisabled("cache_full_blocks on a pool with caching disabled")
-    error = pre.bad_group_id(group_id)
-    if error:
-        return error
-    if not pre.is_count(num_cached) or not pre.is_count(num_full):
-        return InvalidArgument(
-            f"num_cached_blocks {num_cached!r} and num_full_blocks {num_full!r} "
-            "must be non-negative ints"
-        )
-    assert isinstance(num_cached, int) and isinstance(num_full, int)
-    if num_cached >= num_full:
-        return None
-    error = pre.bad_block_size(_hbs_dims(hash_block_size), block_size)  # type: ignore[arg-type]
-    if error:
-        return error
-    assert isinstance(block_size, int)
-    if num_full > table_len:
-        return InvalidArgument(f"num_full_blocks {num_full} > {table_len} blocks given")
-    if mask is not None and len(mask) != num_full - num_cached:
-        return InvalidArgument(
-            f"block_mask has {len(mask)} entries for {num_full - num_cached} candidates"
-        )
-    available = num_hashes // (block_size // hash_block_size)
-    if available < num_full:
-        return InvalidArgument(
-            f"request has {available} block hashes at block_size {block_size}, "
-            f"needs {num_full}"
-        )
-    return None
 
 
 def allocation_rejection(num_blocks: object, num_free: int) -> KvPoolError | None:
