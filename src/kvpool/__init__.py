@@ -4,6 +4,7 @@ Start with :func:`make_pool`; the behaviour every backend reproduces is specifie
 :mod:`kvpool.spec`.
 """
 
+from kvpool._compat import install_finder
 from kvpool.backends import BACKENDS, make_pool
 from kvpool.errors import *  # noqa: F403 - the error hierarchy is part of the public API
 from kvpool.errors import __all__ as _errors
@@ -11,6 +12,8 @@ from kvpool.protocol import BlockPool, MetricsCollector
 from kvpool.shell import BlockRef, PoolAbstract
 
 __version__ = "0.1.0"
+
+install_finder()  # old module paths keep working, with a DeprecationWarning (kvpool._compat)
 
 __all__ = [
     "BACKENDS",

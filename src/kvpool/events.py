@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
+from kvpool.hashing.request_view import token_slice
 from kvpool.keys import ExternalBlockHash, external_block_hash, key_group, key_hash
 from kvpool.spec.records import (
     ClearedRecord,
@@ -88,25 +89,6 @@ def _lora(request: Any) -> tuple[int | None, str | None]:
     if lora is None:
         return None, None
     return lora.lora_int_id, lora.lora_name
-
-
-def token_slice(request: Any, start: int, end: int) -> list[int]:
-    """``list(request.all_token_ids)[start:end]``, without copying the whole sequence: an
-    event reports one or a few blocks of a request that may hold thousands of tokens.
-    kvpool's :class:`~kvpool.request.Request` keeps two lists (its ``all_token_ids`` joins
-    them); any other request (vLLM's, or a subclass that defines its own tokens) is sliced
-    through ``all_token_ids``."""
-    from kvpool.request import Request
-
-    if isinstance(request, Request) and type(request).all_token_ids is Request.all_token_ids:
-        prompt, output = request.prompt_token_ids, request.output_token_ids
-        n = len(prompt)
-        if end <= n:
-            return prompt[start:end]
-        if start >= n:
-            return output[start - n : end - n]
-        return prompt[start:] + output[: end - n]
-    return list(request.all_token_ids[start:end])
 
 
 def _stored(record: StoredRecord, request: Any, ctx: EventContext) -> BlockStored:

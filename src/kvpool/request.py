@@ -115,7 +115,10 @@ class Request:
                     f"block_hasher must be callable (request -> list of bytes), "
                     f"got {self.block_hasher!r}"
                 )
-            self._packed_prompt = packed  # for the hasher, in this call only: never stale
+            # For the hasher, in this call only (never stale), and only where the prompt is
+            # this class's own token list (a subclass may define its tokens otherwise).
+            if type(self).all_token_ids is Request.all_token_ids:
+                self._packed_prompt = packed
             try:
                 self.block_hashes.extend(_hasher_result(self.block_hasher(self)))
             finally:
@@ -126,6 +129,19 @@ class Request:
     def all_token_ids(self) -> list[int]:
         """Prompt then output token ids, as a new list (O(num_tokens))."""
         return self.prompt_token_ids + self.output_token_ids
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """``all_token_ids[start:end]`` without joining the two lists (O(end - start))."""
+        prompt, output = self.prompt_token_ids, self.output_token_ids
+        if type(self).all_token_ids is not Request.all_token_ids or not (
+                type(prompt) is list and type(output) is list):
+            return list(self.all_token_ids[start:end])  # a subclass's own tokens, or a caller's
+        n = len(prompt)
+        if end <= n:
+            return prompt[start:end]
+        if start >= n:
+            return output[start - n : end - n]
+        return prompt[start:] + output[: end - n]
 
     @property
     def num_tokens(self) -> int:

@@ -31,12 +31,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvpool.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from kvpool.request import MultiModalFeature, Request
+from kvpool.hashing.request_view import HashedFeature, HashedRequest
 
 LORA_TAG = "lora"
 MM_TAG = "mm"
@@ -44,7 +42,7 @@ CACHE_SALT_TAG = "cache_salt"
 PROMPT_EMBEDS_TAG = "prompt_embeds"
 
 
-def need_extra_keys(request: Request) -> bool:
+def need_extra_keys(request: HashedRequest) -> bool:
     """Whether any block of ``request`` can carry extra keys (False → every block's are None)."""
     return bool(
         request.lora_request is not None
@@ -54,7 +52,7 @@ def need_extra_keys(request: Request) -> bool:
     )
 
 
-def mm_start_index(mm_features: Sequence[MultiModalFeature], start: int) -> int:
+def mm_start_index(mm_features: Sequence[HashedFeature], start: int) -> int:
     """Window search: the index of the first item ending after ``start``, or 0 if none does.
 
     Where a walk for a block starting at ``start`` must begin when no earlier walk left an
@@ -65,12 +63,12 @@ def mm_start_index(mm_features: Sequence[MultiModalFeature], start: int) -> int:
     return index if index < len(mm_features) else 0
 
 
-def _feature_end(feature: MultiModalFeature) -> int:
+def _feature_end(feature: HashedFeature) -> int:
     return feature.offset + feature.length
 
 
 def _mm_extra_keys(
-    request: Request, start: int, end: int, start_mm_idx: int
+    request: HashedRequest, start: int, end: int, start_mm_idx: int
 ) -> tuple[list[tuple[str, str, int]], int]:
     """Tagged keys of the items overlapping ``[start, end)`` and the index the walk stopped at."""
     features = request.mm_features
@@ -106,7 +104,7 @@ def _mm_extra_keys(
 
 
 def generate_block_hash_extra_keys(
-    request: Request, start: int, end: int, start_mm_idx: int = 0
+    request: HashedRequest, start: int, end: int, start_mm_idx: int = 0
 ) -> tuple[tuple[Any, ...] | None, int]:
     """The tagged extra keys of token window ``[start, end)`` and the next multimodal index.
 
@@ -139,7 +137,7 @@ def untag_extra_key(key: tuple[Any, ...]) -> Any:
 
 
 def event_extra_keys(
-    request: Request, start: int, end: int, num_lookahead_tokens: int = 0
+    request: HashedRequest, start: int, end: int, num_lookahead_tokens: int = 0
 ) -> tuple[Any, ...] | None:
     """The untagged extra keys a ``BlockStored`` event reports for the block ``[start, end)``.
 
@@ -157,7 +155,7 @@ def event_extra_keys(
     return tuple(untag_extra_key(key) for key in keys)
 
 
-def lookahead_token_ids(request: Request, end: int, num_lookahead_tokens: int) -> list[int]:
+def lookahead_token_ids(request: HashedRequest, end: int, num_lookahead_tokens: int) -> list[int]:
     """The ``num_lookahead_tokens`` token ids after a block ending at ``end`` (may be fewer)."""
     if num_lookahead_tokens <= 0:
         return []

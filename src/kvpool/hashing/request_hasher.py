@@ -20,7 +20,7 @@ setups need a block's identity to include the ``L`` tokens that follow it. Then:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvpool.errors import InvalidConfig
 from kvpool.hashing.extra_keys import (
@@ -29,16 +29,14 @@ from kvpool.hashing.extra_keys import (
     need_extra_keys,
 )
 from kvpool.hashing.hasher import BlockHasher
-
-if TYPE_CHECKING:
-    from kvpool.request import Request
+from kvpool.hashing.request_view import HashedRequest, packed_prompt, token_slice
 
 
 def get_request_block_hasher(
     hash_block_size: int,
     hasher: BlockHasher,
     num_hash_lookahead_tokens: int = 0,
-) -> Callable[[Request], list[bytes]]:
+) -> Callable[[HashedRequest], list[bytes]]:
     """A function returning the hashes of ``request``'s full blocks not yet in ``block_hashes``.
 
     The returned function does not modify the request; the request appends the result.
@@ -55,26 +53,23 @@ def get_request_block_hasher(
         raise InvalidConfig(f"hasher must be a BlockHasher, got {type(hasher).__name__}")
     hbs = hash_block_size
     lookahead = num_hash_lookahead_tokens
-    from kvpool.request import Request  # here: kvpool.request imports this package
 
-    def request_block_hasher(request: Request) -> list[bytes]:
+    def request_block_hasher(request: HashedRequest) -> list[bytes]:
         start = len(request.block_hashes) * hbs
         hashable_end = request.num_tokens - lookahead
         if start + hbs > hashable_end:
             return []
         stop = start + (hashable_end - start) // hbs * hbs
         parent = request.block_hashes[-1] if request.block_hashes else None
-        if (lookahead == 0 and type(request) is Request and type(request.prompt_token_ids)
-                is list and type(request.output_token_ids) is list
-                and not need_extra_keys(request)):
-            packed = request._packed_prompt  # set only while the request is being built
+        if lookahead == 0 and not need_extra_keys(request):
+            packed = packed_prompt(request)
             if packed is not None and 4 * stop <= len(packed):
                 hashes = hasher.hash_packed_blocks(parent, packed[4 * start : 4 * stop], hbs)
                 if hashes is not None:
                     return hashes
             # The new tokens only: ``all_token_ids`` copies the whole sequence (a decode
             # step fills one block of a sequence thousands of tokens long).
-            return hasher.hash_blocks(parent, _token_slice(request, start, stop), hbs)
+            return hasher.hash_blocks(parent, token_slice(request, start, stop), hbs)
         token_ids = request.all_token_ids
         if lookahead == 0 and not need_extra_keys(request):
             return hasher.hash_blocks(parent, token_ids[start:stop], hbs)
@@ -84,20 +79,8 @@ def get_request_block_hasher(
     return request_block_hasher
 
 
-def _token_slice(request: Request, start: int, stop: int) -> list[int]:
-    """``request.all_token_ids[start:stop]`` of a :class:`~kvpool.request.Request` (prompt
-    then output tokens) without building the whole list."""
-    prompt, output = request.prompt_token_ids, request.output_token_ids
-    n = len(prompt)
-    if stop <= n:
-        return prompt[start:stop]
-    if start >= n:
-        return output[start - n : stop - n]
-    return prompt[start:] + output[: stop - n]
-
-
 def _new_blocks_extra_keys(
-    request: Request,
+    request: HashedRequest,
     token_ids: list[int],
     start: int,
     stop: int,

@@ -9,8 +9,9 @@ Layers, bottom up (each module one concern):
   :mod:`~kvpool.policy.chunked_local`, :mod:`~kvpool.policy.mamba`,
   :mod:`~kvpool.policy.cross_attention`, :mod:`~kvpool.policy.circular_buffer` (0.33);
   :mod:`~kvpool.policy.registry` maps spec → manager;
-* coordinators — :mod:`~kvpool.policy.coordinator` (no prefix cache, unitary, factory) and
-  :mod:`~kvpool.policy.hybrid` (the fixed-point hit search);
+* coordinators — :mod:`~kvpool.policy.coordinator` (the base, no prefix cache, unitary),
+  :mod:`~kvpool.policy.hybrid` (the fixed-point hit search) and
+  :mod:`~kvpool.policy.coordinator_factory` (which one serves a configuration);
 * the facade — :class:`~kvpool.policy.facade.KVCacheManager`.
 
 Everything speaks to the pool through :class:`kvpool.protocol.BlockPool` only, so one
@@ -22,8 +23,8 @@ from kvpool.policy.coordinator import (
     KVCacheCoordinator,
     KVCacheCoordinatorNoPrefixCache,
     UnitaryKVCacheCoordinator,
-    get_kv_cache_coordinator,
 )
+from kvpool.policy.coordinator_factory import get_kv_cache_coordinator
 from kvpool.policy.facade import BlockCopy, KVCacheManager
 from kvpool.policy.factory import POLICIES, make_kv_cache_manager
 from kvpool.policy.hybrid import HybridKVCacheCoordinator

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kvpool._compat import moved_names
 from kvpool.backends import make_pool
 from kvpool.errors import InvalidArgument, InvalidConfig
 from kvpool.policy.cross_attention import CrossAttentionManager
@@ -300,32 +301,13 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
         return hits, len(hits[0]) * self.block_size
 
 
-def get_kv_cache_coordinator(
-    kv_cache_config: KVCacheConfig, max_model_len: int, max_num_batched_tokens: int,
-    use_eagle: bool, enable_caching: bool, enable_kv_cache_events: bool, dcp_world_size: int,
-    pcp_world_size: int, scheduler_block_size: int, hash_block_size: int,
-    metrics_collector: Any = None, **kwargs: Any,
-) -> KVCacheCoordinator:
-    """Caching off → no prefix cache; one group → unitary; otherwise hybrid."""
-    from kvpool.policy.hybrid import HybridKVCacheCoordinator
-
-    if not enable_caching:
-        return KVCacheCoordinatorNoPrefixCache(
-            kv_cache_config, max_model_len, max_num_batched_tokens, use_eagle,
-            enable_kv_cache_events, dcp_world_size, pcp_world_size, scheduler_block_size,
-            hash_block_size, metrics_collector, **kwargs)
-    cls = UnitaryKVCacheCoordinator if len(kv_cache_config.kv_cache_groups) == 1 \
-        else HybridKVCacheCoordinator
-    return cls(kv_cache_config, max_model_len, max_num_batched_tokens, use_eagle,
-               enable_caching, enable_kv_cache_events, dcp_world_size, pcp_world_size,
-               scheduler_block_size, hash_block_size, metrics_collector, **kwargs)
-
+__getattr__ = moved_names(__name__, {
+    "get_kv_cache_coordinator": "kvpool.policy.coordinator_factory"})
 
 __all__ = [
     "KVCacheCoordinator",
     "KVCacheCoordinatorNoPrefixCache",
     "PoolFactory",
     "UnitaryKVCacheCoordinator",
-    "get_kv_cache_coordinator",
     "validate_retention_interval",
 ]

@@ -32,7 +32,8 @@ from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained
 from kvpool.events import BlockStored, KVCacheEvent
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.circular_buffer import CircularBufferManager
-from kvpool.policy.coordinator import KVCacheCoordinator, PoolFactory, get_kv_cache_coordinator
+from kvpool.policy.coordinator import KVCacheCoordinator, PoolFactory
+from kvpool.policy.coordinator_factory import get_kv_cache_coordinator
 from kvpool.policy.cross_attention import CrossAttentionManager
 from kvpool.policy.request import RequestStatus
 from kvpool.policy.specs import (

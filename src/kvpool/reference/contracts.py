@@ -20,15 +20,13 @@ from __future__ import annotations
 import reprlib
 from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kvpool.reference.invariants import CORE_STRUCTURAL_CHECKS, structural_violations
+from kvpool.reference.parts import ReferenceParts
 from kvpool.spec import ops
 from kvpool.spec import preconditions as pre
 from kvpool.spec.state import PoolState, initial_state
-
-if TYPE_CHECKING:
-    from kvpool.reference.pool import ReferenceBlockPool
 
 SpecStep = Callable[..., tuple[PoolState, Any]]
 """``(state, *core args) -> (new state, expected core return, normalised)``."""
@@ -124,7 +122,7 @@ def first_difference(ours: PoolState, spec: PoolState) -> str | None:
 class ContractChecker:
     """The shadow spec state of one reference pool and the wrappers that keep it honest."""
 
-    def __init__(self, pool: ReferenceBlockPool) -> None:
+    def __init__(self, pool: ReferenceParts) -> None:
         self.pool = pool
         config = pool.config
         self.shadow = initial_state(
@@ -189,7 +187,7 @@ class ContractChecker:
         return checked
 
 
-def install_contract_checks(pool: ReferenceBlockPool) -> ContractChecker:
+def install_contract_checks(pool: ReferenceParts) -> ContractChecker:
     """Wrap every ``_core_*`` method of ``pool`` (this object only) with its spec check."""
     checker = ContractChecker(pool)
     for operation in COUNTERPARTS:

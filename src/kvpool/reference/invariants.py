@@ -20,14 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from kvpool.reference.parts import ReferenceParts
 from kvpool.spec.invariants import violated_invariants
 
 if TYPE_CHECKING:
     from kvpool.reference.block import KVCacheBlock
-    from kvpool.reference.pool import ReferenceBlockPool
 
 
-def walk_forward(pool: ReferenceBlockPool) -> tuple[list[KVCacheBlock], bool]:
+def walk_forward(pool: ReferenceParts) -> tuple[list[KVCacheBlock], bool]:
     """The blocks from the head onwards (at most N+1), and whether the tail was reached."""
     queue = pool.free_block_queue
     tail = queue.fake_free_list_tail
@@ -40,7 +40,7 @@ def walk_forward(pool: ReferenceBlockPool) -> tuple[list[KVCacheBlock], bool]:
     return walked, curr is tail
 
 
-def walk_backward(pool: ReferenceBlockPool) -> tuple[list[KVCacheBlock], bool]:
+def walk_backward(pool: ReferenceParts) -> tuple[list[KVCacheBlock], bool]:
     """The blocks from the tail backwards (at most N+1), and whether the head was reached."""
     queue = pool.free_block_queue
     head = queue.fake_free_list_head
@@ -53,7 +53,7 @@ def walk_backward(pool: ReferenceBlockPool) -> tuple[list[KVCacheBlock], bool]:
     return walked, curr is head
 
 
-def free_queue_links_are_consistent(pool: ReferenceBlockPool) -> tuple:
+def free_queue_links_are_consistent(pool: ReferenceParts) -> tuple:
     """§11.7 A queued block has both links set, an unqueued one both cleared; walks agree.
 
     Why: membership is read from the links, so a half-linked block is both free and held.
@@ -75,7 +75,7 @@ def free_queue_links_are_consistent(pool: ReferenceBlockPool) -> tuple:
     return tuple(bad)
 
 
-def free_count_matches_queue(pool: ReferenceBlockPool) -> tuple:
+def free_count_matches_queue(pool: ReferenceParts) -> tuple:
     """§11.6 ``num_free_blocks`` equals the number of blocks in the queue.
 
     Why: allocation trusts the counter; a drifted one hands out blocks that are not there.
@@ -85,7 +85,7 @@ def free_count_matches_queue(pool: ReferenceBlockPool) -> tuple:
     return () if counter == len(forward) else (counter, len(forward))
 
 
-def block_ids_match_positions(pool: ReferenceBlockPool) -> tuple:
+def block_ids_match_positions(pool: ReferenceParts) -> tuple:
     """§11.1 ``blocks[i].block_id == i`` and every block is owned by this pool.
 
     Why: block tables hold ids; an id naming the wrong object aliases two requests' KV data.
@@ -95,7 +95,7 @@ def block_ids_match_positions(pool: ReferenceBlockPool) -> tuple:
     )
 
 
-def null_block_is_flagged(pool: ReferenceBlockPool) -> tuple:
+def null_block_is_flagged(pool: ReferenceParts) -> tuple:
     """§11.2 Block 0, and only block 0, is flagged ``is_null``.
 
     Why: ``touch``/``free_blocks`` skip by the flag; a wrong flag makes a real block inert.
@@ -103,7 +103,7 @@ def null_block_is_flagged(pool: ReferenceBlockPool) -> tuple:
     return tuple(i for i, block in enumerate(pool.blocks) if block.is_null != (i == 0))
 
 
-def hash_map_files_blocks_under_their_ids(pool: ReferenceBlockPool) -> tuple:
+def hash_map_files_blocks_under_their_ids(pool: ReferenceParts) -> tuple:
     """§5 Every map entry stores this pool's block under that block's own id.
 
     Why: ``pop(key, block_id)`` finds entries by id; a misfiled one could never be removed.
@@ -118,7 +118,7 @@ def hash_map_files_blocks_under_their_ids(pool: ReferenceBlockPool) -> tuple:
     )
 
 
-def secondary_index_has_no_empty_entries(pool: ReferenceBlockPool) -> tuple:
+def secondary_index_has_no_empty_entries(pool: ReferenceParts) -> tuple:
     """§11.11 The secondary index holds no block with an empty key collection.
 
     Why: the state conversion omits empty entries, so this is the only place they show.
@@ -126,7 +126,7 @@ def secondary_index_has_no_empty_entries(pool: ReferenceBlockPool) -> tuple:
     return tuple(b for b, keys in pool.cached_block_hashes_by_block.items() if not keys)
 
 
-def watcher_table_matches_callbacks(pool: ReferenceBlockPool) -> tuple:
+def watcher_table_matches_callbacks(pool: ReferenceParts) -> tuple:
     """§6.4 The core's watcher table and the shell's callbacks list the same blocks, in order.
 
     Why: the core decides which watchers fire; the shell must have a callback for each.
@@ -135,7 +135,7 @@ def watcher_table_matches_callbacks(pool: ReferenceBlockPool) -> tuple:
     return () if core == shell else tuple(sorted(set(core) ^ set(shell))) or ("order",)
 
 
-StructuralCheck = Callable[["ReferenceBlockPool"], tuple]
+StructuralCheck = Callable[["ReferenceParts"], tuple]
 
 CORE_STRUCTURAL_CHECKS: tuple[StructuralCheck, ...] = (
     block_ids_match_positions,
@@ -155,13 +155,13 @@ STRUCTURAL_CHECKS: tuple[StructuralCheck, ...] = (
 
 
 def structural_violations(
-    pool: ReferenceBlockPool, checks: tuple[StructuralCheck, ...] = STRUCTURAL_CHECKS
+    pool: ReferenceParts, checks: tuple[StructuralCheck, ...] = STRUCTURAL_CHECKS
 ) -> list[tuple[str, tuple]]:
     """``[(check name, witnesses)]`` for every structural check ``pool`` fails, in order."""
     return [(check.__name__, w) for check in checks if (w := check(pool))]
 
 
-def check_invariants(pool: ReferenceBlockPool) -> list[tuple[str, tuple]]:
+def check_invariants(pool: ReferenceParts) -> list[tuple[str, tuple]]:
     """Every broken invariant of ``pool``: the spec's in checklist order, then structural ones."""
     forward, _ = walk_forward(pool)
     state = pool.state_with_queue(tuple(b.block_id for b in forward))

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from kvpool.errors import KvPoolError, NotQueued
 from kvpool.reference.free_queue import is_queued
+from kvpool.reference.parts import ReferenceParts
 
 if TYPE_CHECKING:
     from kvpool.reference.block import KVCacheBlock
-    from kvpool.reference.pool import ReferenceBlockPool
 
 
 class _PerBlock(Sequence):
@@ -41,7 +41,7 @@ class _PerBlock(Sequence):
 class _FreeCount:
     """Stands in for the spec's ``free_queue`` where only its length is read."""
 
-    def __init__(self, pool: ReferenceBlockPool) -> None:
+    def __init__(self, pool: ReferenceParts) -> None:
         self._queue = pool.free_block_queue
 
     def __len__(self) -> int:
@@ -51,7 +51,7 @@ class _FreeCount:
 class StateView:
     """The reads :mod:`kvpool.spec.preconditions` makes, answered by a reference pool."""
 
-    def __init__(self, pool: ReferenceBlockPool) -> None:
+    def __init__(self, pool: ReferenceParts) -> None:
         self.num_blocks = len(pool.blocks)
         self.enable_caching = pool.enable_caching
         self.hash_block_size = pool.hash_block_size
@@ -62,7 +62,7 @@ class StateView:
         self.free_queue = _FreeCount(pool)
 
 
-def unqueued_free_block(pool: ReferenceBlockPool, block_ids: Sequence[int]) -> KvPoolError | None:
+def unqueued_free_block(pool: ReferenceParts, block_ids: Sequence[int]) -> KvPoolError | None:
     """A non-null block with ref 0 outside the free queue (``touch`` would corrupt the list).
 
     Cannot happen in a consistent pool (ref 0 ⇔ queued), so the spec has no such check; it is
