@@ -24,8 +24,29 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-MOVED_MODULES: dict[str, str] = {}
-"""Old module name -> new module name (filled in as modules move; see docs/architecture.md)."""
+MOVED_MODULES: dict[str, tuple[str, ...]] = {
+    # harness/ in rooms (0.2): old flat module -> its room; extra homes of names moved out
+    "kvpool.harness.adapter": ("kvpool.harness.foreign.objects",),
+    "kvpool.harness.vllm_adapter": ("kvpool.harness.foreign.vllm_pool",),
+    "kvpool.harness.vllm_stack": ("kvpool.harness.foreign.vllm_stack",),
+    "kvpool.harness.stack_planted": ("kvpool.harness.bugs.stack",),
+    "kvpool.harness.planted": ("kvpool.harness.bugs.pool", "kvpool.harness.detection"),
+    "kvpool.harness.config": ("kvpool.harness.pool.config",),
+    "kvpool.harness.backends": ("kvpool.harness.pool.backends",),
+    "kvpool.harness.driver": ("kvpool.harness.pool.driver",),
+    "kvpool.harness.machine": ("kvpool.harness.pool.machine",),
+    "kvpool.harness.set_order": ("kvpool.harness.pool.set_order",),
+    "kvpool.harness.profiles": ("kvpool.harness.pool.profiles",),
+    "kvpool.harness.cache_rules": ("kvpool.harness.rules.cache",),
+    "kvpool.harness.release_rules": ("kvpool.harness.rules.release",),
+    "kvpool.harness.invalid_rules": ("kvpool.harness.rules.invalid",),
+    "kvpool.harness.hostile_rules": ("kvpool.harness.rules.hostile",),
+    "kvpool.harness.hostile_values": ("kvpool.harness.rules.hostile_values",),
+    "kvpool.harness.stack_configs": ("kvpool.harness.stack.configs",),
+    "kvpool.harness.stack_invariants": ("kvpool.harness.stack.invariants",),
+    "kvpool.harness.stack_machine": ("kvpool.harness.stack.machine",),
+}
+"""Old module name -> (new module, other modules that received some of its names)."""
 
 MOVED_NAMES: dict[tuple[str, str], str] = {}
 """(old module, name) -> new module, for every :func:`moved_names` registration."""
@@ -36,16 +57,38 @@ def _warn(old: str, new: str) -> None:
                   DeprecationWarning, stacklevel=3)
 
 
+class _SplitModule(types.ModuleType):
+    """An old module whose names now live in several modules: reads look in each, in order."""
+
+    def __init__(self, name: str, homes: tuple[str, ...]) -> None:
+        super().__init__(name)
+        self._homes = homes
+
+    def __getattr__(self, name: str) -> Any:
+        for home in self._homes:
+            module = importlib.import_module(home)
+            if hasattr(module, name):
+                return getattr(module, name)
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+
 class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, new: str) -> None:
-        self.new = new
+    def __init__(self, homes: tuple[str, ...]) -> None:
+        self.homes = homes
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        _warn(spec.name, self.new)
-        return importlib.import_module(self.new)
+        _warn(spec.name, " and ".join(self.homes))
+        if len(self.homes) == 1:  # the very module: identity, isinstance, patching all hold
+            return importlib.import_module(self.homes[0])
+        return _SplitModule(spec.name, self.homes)
 
     def exec_module(self, module: types.ModuleType) -> None:
         pass  # the new module is already executed
+
+    def get_code(self, fullname: str) -> None:
+        """``python -m OLD`` (runpy asks for code): say where the module went."""
+        raise ImportError(f"{fullname} moved to {' and '.join(self.homes)}: "
+                          f"run python -m {self.homes[-1]}")
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder):
@@ -53,10 +96,10 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        new = MOVED_MODULES.get(fullname)
-        if new is None:
+        homes = MOVED_MODULES.get(fullname)
+        if homes is None:
             return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(new))
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(homes))
 
 
 def install_finder() -> None:

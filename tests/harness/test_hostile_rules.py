@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kvpool.harness import run_check
-from kvpool.harness.config import HarnessConfig
 from kvpool.harness.differential import build_machine
+from kvpool.harness.pool.config import HarnessConfig
 from kvpool.shell import PoolShell
 
 

@@ -1,7 +1,7 @@
 """Every planted bug is caught within the default budget, with a reproduction that replays it.
 
 Each test prints how many steps the search took to find its bug (``pytest -s`` shows them;
-``python -m kvpool.harness.planted`` prints the same table without pytest).
+``python -m kvpool.harness.detection`` prints the same table without pytest).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kvpool.harness import Divergence, run_check
-from kvpool.harness.planted import PLANTED, planted_class
+from kvpool.harness.bugs.pool import PLANTED, planted_class
 
 from .budget import step_budget
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from kvpool.harness.invalid_rules import InvalidCallRules
-from kvpool.harness.set_order import DEVIATION
+from kvpool.harness.pool.set_order import DEVIATION
+from kvpool.harness.rules.invalid import InvalidCallRules
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIABLES = ("KVPOOL_VLLM025_PYTHON", "KVPOOL_VLLM033_PYTHON", "KVPOOL_VLLM_PYTHON")

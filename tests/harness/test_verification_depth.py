@@ -13,20 +13,21 @@ import os
 import pytest
 
 from kvpool.harness import Divergence, lockstep, run_check
-from kvpool.harness.cache_rules import CacheRules
-from kvpool.harness.config import FULL_API, HarnessConfig, PoolApi, common_api
+from kvpool.harness.api import FULL_API, PoolApi, common_api
 from kvpool.harness.differential import shrink_warning
-from kvpool.harness.invalid_rules import InvalidCallRules
-from kvpool.harness.machine import PoolMachine
-from kvpool.harness.release_rules import ReleaseRules
-from kvpool.harness.requests import REQUEST_EXTRAS
-from kvpool.harness.set_order import align_events, align_state
-from kvpool.harness.vllm_adapter import (
+from kvpool.harness.foreign.vllm_pool import (
     VllmBlockPoolAdapter,
     VllmRequestView,
     _EnvPinned,
     api_of_version,
 )
+from kvpool.harness.pool.config import HarnessConfig
+from kvpool.harness.pool.machine import PoolMachine
+from kvpool.harness.pool.set_order import align_events, align_state
+from kvpool.harness.requests import REQUEST_EXTRAS
+from kvpool.harness.rules.cache import CacheRules
+from kvpool.harness.rules.invalid import InvalidCallRules
+from kvpool.harness.rules.release import ReleaseRules
 from kvpool.request import LoRARequest, MultiModalFeature, Request
 
 from .vllm_like_pool import VllmLikeBlockPool

@@ -13,7 +13,7 @@ import pytest
 
 from kvpool.errors import BackendUnavailable
 from kvpool.harness import RAISE, Divergence, Foreign, lockstep, make_differential_test, run_check
-from kvpool.harness.vllm_adapter import VllmBlockPoolAdapter, make_vllm_pool
+from kvpool.harness.foreign.vllm_pool import VllmBlockPoolAdapter, make_vllm_pool
 from kvpool.spec.invariants import violated_invariants
 
 from .budget import budget

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from kvpool.harness.stack_configs import CONFIGURATIONS
-from kvpool.harness.stack_machine import run_stack_check
-from kvpool.harness.stack_planted import PLANTED_POLICY
+from kvpool.harness.bugs.stack import PLANTED_POLICY
+from kvpool.harness.stack.configs import CONFIGURATIONS
+from kvpool.harness.stack.machine import run_stack_check
 
 CI_STEPS = 600
 PLANTED_BUDGET = 2500

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_stack(args)
     from kvpool.harness import run_check
-    from kvpool.harness.planted import PLANTED
+    from kvpool.harness.bugs.pool import PLANTED
 
     if args.exhaustive is not None:
         return run_exhaustive(args)

@@ -1,13 +1,13 @@
 """``kvpool check --layer stack``: the whole-stack differential check, per configuration.
 
-Calls :func:`kvpool.harness.stack_machine.run_stack_check` once per model configuration
-(:data:`kvpool.harness.stack_configs.CONFIGURATIONS`, all by default) with ``--steps`` steps
+Calls :func:`kvpool.harness.stack.machine.run_stack_check` once per model configuration
+(:data:`kvpool.harness.stack.configs.CONFIGURATIONS`, all by default) with ``--steps`` steps
 each and prints one line per configuration, or ``--json``. A backend name is a pool backend
 under the generic policy; ``fast-policy`` is :mod:`kvpool.policy.fast` over the fast pool,
 built only in the configurations it serves (the others list it as not built). Exit status:
 0 when every configuration reported 0 divergences, 1 otherwise (the failure, with the seed
 and the ops leading to it, is printed), 2 bad usage. ``--planted NAME`` (hidden) adds a stack with a
-planted policy bug (:mod:`kvpool.harness.stack_planted`) and runs only its configuration;
+planted policy bug (:mod:`kvpool.harness.bugs.stack`) and runs only its configuration;
 ``--list-planted`` names them.
 """
 
@@ -23,9 +23,9 @@ from kvpool.errors import BackendUnavailable
 
 
 def run_stack(args: argparse.Namespace) -> int:
-    from kvpool.harness.stack_configs import CONFIGURATIONS
-    from kvpool.harness.stack_machine import run_stack_check
-    from kvpool.harness.stack_planted import PLANTED_POLICY
+    from kvpool.harness.bugs.stack import PLANTED_POLICY
+    from kvpool.harness.stack.configs import CONFIGURATIONS
+    from kvpool.harness.stack.machine import run_stack_check
 
     if args.list_planted:
         for name, bug in PLANTED_POLICY.items():

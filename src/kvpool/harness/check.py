@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kvpool.errors import BackendUnavailable
-from kvpool.harness.backends import Backend, PoolFactory, resolve_backends
-from kvpool.harness.config import HarnessConfig, common_api
+from kvpool.harness.api import Backend, PoolFactory, common_api
 from kvpool.harness.differential import build_machine, run_machine
-from kvpool.harness.driver import Divergence
-from kvpool.harness.machine import StepCounter
-from kvpool.harness.profiles import get_profile
+from kvpool.harness.pool.backends import resolve_backends
+from kvpool.harness.pool.config import HarnessConfig
+from kvpool.harness.pool.driver import Divergence
+from kvpool.harness.pool.machine import StepCounter
+from kvpool.harness.pool.profiles import get_profile
 from kvpool.harness.reproduction import hash_seed
 
 DEFAULT_SHAPES: tuple[HarnessConfig, ...] = (

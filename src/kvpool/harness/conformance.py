@@ -1,7 +1,7 @@
 """Conformance of kvpool's facade against vLLM's own ``KVCacheManager`` (optional tier).
 
-The whole-stack machine (:mod:`kvpool.harness.stack_machine`) drives vLLM's facade
-(:class:`~kvpool.harness.vllm_stack.VllmFacade`, the oracle) and kvpool's on the same
+The whole-stack machine (:mod:`kvpool.harness.stack.machine`) drives vLLM's facade
+(:class:`~kvpool.harness.foreign.vllm_stack.VllmFacade`, the oracle) and kvpool's on the same
 scheduler workload, comparing results, block tables per group, hit lengths, pool states and
 events after every step. Where kvpool deliberately differs from vLLM 0.25.1 the two stop
 agreeing; each such difference is *classified* against BEHAVIOUR.md (a §12 row or one of
@@ -31,8 +31,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvpool.harness.stack_configs import CONFIGURATIONS
-from kvpool.harness.stack_machine import StackDivergence, run_stack_check
+from kvpool.harness.stack.configs import CONFIGURATIONS
+from kvpool.harness.stack.machine import StackDivergence, run_stack_check
 
 EXPLANATIONS = {
     "hybrid-truncates-every-full-attention-group":
@@ -87,7 +87,7 @@ def default_configurations(version: tuple[int, int] | None = None) -> list[str]:
     using its features (copy-on-write, §10.4; circular buffers, §8), vLLM 0.25 for the rest
     (kvpool's facade is 0.25.1's; 0.33 changed other rules, §0)."""
     if version is None:
-        from kvpool.harness.vllm_stack import vllm_version
+        from kvpool.harness.foreign.vllm_stack import vllm_version
 
         version = vllm_version()
     target = (0, 33) if version >= (0, 33) else (0, 25)
@@ -112,7 +112,7 @@ class ConformanceResult:
 def run_conformance(configuration: str, steps: int, seed: int = 0,
                     backend: str = "reference", max_unexplained: int = 3) -> ConformanceResult:
     """Compare kvpool (on ``backend``) with vLLM over ``steps`` steps of ``configuration``."""
-    from kvpool.harness.vllm_stack import VllmFacade
+    from kvpool.harness.foreign.vllm_stack import VllmFacade
 
     result = ConformanceResult(configuration)
     run_seed = seed

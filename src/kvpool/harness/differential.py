@@ -22,21 +22,21 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import settings as Settings
 from hypothesis.stateful import get_state_machine_test
 
-from kvpool.harness.backends import Backend, PoolFactory
-from kvpool.harness.cache_rules import CacheRules
-from kvpool.harness.config import HarnessConfig
-from kvpool.harness.hostile_rules import HostileRules, WrongTypeRules
-from kvpool.harness.invalid_rules import InvalidCallRules
-from kvpool.harness.machine import StepCounter
-from kvpool.harness.profiles import harness_settings
-from kvpool.harness.release_rules import ReleaseRules
+from kvpool.harness.api import Backend, PoolFactory
+from kvpool.harness.pool.config import HarnessConfig
+from kvpool.harness.pool.machine import StepCounter
+from kvpool.harness.pool.profiles import harness_settings
+from kvpool.harness.rules.cache import CacheRules
+from kvpool.harness.rules.hostile import HostileRules, WrongTypeRules
+from kvpool.harness.rules.invalid import InvalidCallRules
+from kvpool.harness.rules.release import ReleaseRules
 
 
 def build_machine(config: HarnessConfig, counter: StepCounter | None = None,
                   name: str = "DifferentialPoolMachine") -> type:
     """A state-machine class bound to ``config`` (and to ``counter`` for step counting).
 
-    The rules come from five modules over one model (:class:`~kvpool.harness.machine.
+    The rules come from five modules over one model (:class:`~kvpool.harness.pool.machine.
     PoolMachine`): allocation and hits, caching, releases, §12's invalid calls, and
     issue 7's hostile callbacks and argument types, and (with ``invalid_calls``) issue 23's
     wrong Python types.
@@ -92,7 +92,7 @@ def run_machine(machine: type, settings: Settings, seed: int | None = None,
                 shrink_seconds: float | None = None) -> None:
     """Run ``machine`` as a Hypothesis test under ``settings``, seeded when ``seed`` is given.
 
-    Raises the (shrunk) failure, normally a :class:`~kvpool.harness.driver.Divergence`.
+    Raises the (shrunk) failure, normally a :class:`~kvpool.harness.pool.driver.Divergence`.
     """
     test = get_state_machine_test(machine, settings=settings)
     if seed is not None:

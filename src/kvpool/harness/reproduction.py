@@ -9,8 +9,8 @@ the last recorded call is the one that diverged. Rendering turns the log into pl
         pool.get_new_blocks(2)
         pool.free_blocks([2, 1])  # <- diverged here
 
-``pool`` is a :class:`~kvpool.harness.driver.Lockstep`: running the function replays the
-calls on every backend and raises the same :class:`~kvpool.harness.driver.Divergence`.
+``pool`` is a :class:`~kvpool.harness.pool.driver.Lockstep`: running the function replays the
+calls on every backend and raises the same :class:`~kvpool.harness.pool.driver.Divergence`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 IMPORTS = (
     "from kvpool.harness import RAISE, RECORD, Foreign, lockstep\n"
-    "from kvpool.harness.hostile_values import (COLLECT, COLLECT_RAISING, COLLECT_REENTRANT, "
+    "from kvpool.harness.rules.hostile_values import (COLLECT, COLLECT_RAISING, COLLECT_REENTRANT, "
     "REENTER_ALLOCATE, REENTER_FREE, REENTER_UNPIN, with_hash, without_tokens)"
 )
 

@@ -32,7 +32,7 @@ class WatcherKind:
     """A reuse watcher to register with ``unpin_blocks``: records, or records then raises.
 
     ``reenter(pool, block_id)``, when set, is called after recording: a watcher that calls
-    back into its own pool (:mod:`kvpool.harness.hostile_values`).
+    back into its own pool (:mod:`kvpool.harness.rules.hostile_values`).
     """
 
     __slots__ = ("name", "raises", "reenter")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpool.errors import KvPoolError
-from kvpool.harness.backends import resolve_backends
+from kvpool.harness.pool.backends import resolve_backends
 from kvpool.harness.requests import make_request
 from kvpool.harness.values import normalize
 from kvpool.keys import pack_key

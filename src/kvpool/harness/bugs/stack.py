@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvpool.harness.stack_configs import CONFIGURATIONS, StackConfiguration
+from kvpool.harness.stack.configs import CONFIGURATIONS, StackConfiguration
 from kvpool.policy.facade import KVCacheManager
 from kvpool.policy.pool_access import num_evictable
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvpool.errors import BackendUnavailable
-from kvpool.harness.stack_configs import StackConfiguration
+from kvpool.harness.stack.configs import StackConfiguration
 from kvpool.policy import specs as kv
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.request import RequestStatus

@@ -7,8 +7,8 @@ that model and from the oracle's state (held blocks, queued cached blocks, prese
 watched blocks), never as blind random ids, so that pool exhaustion, eviction, shared blocks,
 duplicate keys, partial entries, moved keys, watchers and resets all happen within a few
 dozen steps. This module holds the model, the scheduler's common path, allocation and
-prefix hits; :mod:`~kvpool.harness.cache_rules`, :mod:`~kvpool.harness.release_rules` and
-:mod:`~kvpool.harness.invalid_rules` add the other rules, and
+prefix hits; :mod:`~kvpool.harness.rules.cache`, :mod:`~kvpool.harness.rules.release` and
+:mod:`~kvpool.harness.rules.invalid` add the other rules, and
 :func:`kvpool.harness.differential.build_machine` combines them.
 
 Every rule applies its operation(s) through the lockstep, which checks results, error types,
@@ -34,8 +34,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvpool.harness.config import HarnessConfig
-from kvpool.harness.driver import Divergence, Lockstep, Reply
+from kvpool.harness.pool.config import HarnessConfig
+from kvpool.harness.pool.driver import Divergence, Lockstep, Reply
 from kvpool.harness.requests import (
     REQUEST_EXTRAS,
     SHARED_PREFIXES,
@@ -172,7 +172,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     @property
     def api(self) -> Any:
-        """The calls the pools under test offer (:class:`~kvpool.harness.config.PoolApi`)."""
+        """The calls the pools under test offer (:class:`~kvpool.harness.api.PoolApi`)."""
         return self.config.api
 
     def release_batch(self, blocks: list[int]) -> list[int]:

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from kvpool.harness.machine import PICK, PICKS, PoolMachine, Table
+from kvpool.harness.pool.machine import PICK, PICKS, PoolMachine, Table
 from kvpool.harness.values import RAISE, RECORD, Foreign
 from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
 

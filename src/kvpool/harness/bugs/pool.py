@@ -2,7 +2,7 @@
 
 They exist to test the harness: a differential check of ``["spec", "planted:<name>"]`` must
 fail, within the default budget, with a reproduction that points at the bug. ``kvpool check
---planted NAME`` demonstrates one; ``python -m kvpool.harness.planted`` reports how many
+--planted NAME`` demonstrates one; ``python -m kvpool.harness.detection`` reports how many
 steps each one took to be found.
 
 Each pool subclasses :class:`~kvpool.reference.pool.ReferenceBlockPool` and overrides one
@@ -13,7 +13,6 @@ planted method is the only difference.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections import Counter
 from collections.abc import Callable
@@ -229,34 +228,4 @@ class WritableIgnoresHolders(PlantedPool):
         return not block.is_null and block.ref_cnt >= 1 and block.block_hash is None
 
 
-def steps_to_detection(names=None, *, steps: int = 20_000, seed: int = 0,
-                       oracle: str = "spec") -> dict[str, int | None]:
-    """For each planted bug, the step at which a check against ``oracle`` first failed."""
-    from kvpool.harness.check import run_check
-
-    out: dict[str, int | None] = {}
-    for name in names or PLANTED:
-        report = run_check([oracle, f"planted:{name}"], steps, seed, shrink=False)
-        out[name] = report.steps_to_first_divergence
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="steps until each planted bug is found")
-    parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--oracle", default="spec")
-    args = parser.parse_args(argv)
-    missed = 0
-    for name, found in steps_to_detection(steps=args.steps, seed=args.seed,
-                                          oracle=args.oracle).items():
-        missed += found is None
-        shown = "NOT FOUND" if found is None else f"{found} steps"
-        print(f"{name:28} {shown:>12}   {PLANTED[name].bug}")
-    return 1 if missed else 0
-
-
-__all__ = ["PLANTED", "PlantedPool", "main", "planted_class", "steps_to_detection"]
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+__all__ = ["PLANTED", "PlantedPool", "planted_class"]

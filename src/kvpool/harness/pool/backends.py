@@ -3,8 +3,8 @@
 A backend is given as
 
 * a name of :data:`kvpool.backends.BACKENDS` (``"spec"``, ``"reference"``, ``"fast"``);
-* ``"planted:<name>"``, one of the deliberately broken pools of :mod:`kvpool.harness.planted`;
-* ``"vllm"``, vLLM's own ``BlockPool`` behind :mod:`kvpool.harness.vllm_adapter`, checked
+* ``"planted:<name>"``, one of the deliberately broken pools of :mod:`kvpool.harness.bugs.pool`;
+* ``"vllm"``, vLLM's own ``BlockPool`` behind :mod:`kvpool.harness.foreign.vllm_pool`, checked
   within the installed version's API; ``"vllm:0.25.1"`` narrows that scope to a version's;
 * any callable ``factory(num_blocks, **options) -> pool`` (e.g. an adapter class). Options are
   ``make_pool``'s keyword arguments.
@@ -16,32 +16,12 @@ that names it again inside a pasted reproduction.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from kvpool.backends import BACKENDS, backend_class
 from kvpool.errors import BackendUnavailable
-from kvpool.harness.config import FULL_API, PoolApi
-
-PoolFactory = Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """One pool implementation under test."""
-
-    label: str
-    factory: PoolFactory
-    source: str
-    """Python expression for ``lockstep([...])`` in a reproduction (a string literal or a
-    dotted name of an importable factory)."""
-
-    api: PoolApi = FULL_API
-    """The calls this pool offers; the harness generates no others."""
-
-    def make(self, num_blocks: int, **options: Any) -> Any:
-        return self.factory(num_blocks, **options)
+from kvpool.harness.api import FULL_API, Backend, PoolFactory
 
 
 def _accepts(cls: type, parameter: str) -> bool:
@@ -53,12 +33,12 @@ def _accepts(cls: type, parameter: str) -> bool:
 
 def _named_backend(name: str) -> Backend:
     if name.startswith("planted:"):
-        from kvpool.harness.planted import planted_class
+        from kvpool.harness.bugs.pool import planted_class
 
         planted = planted_class(name.removeprefix("planted:"))
         return Backend(name, planted, repr(name))
     if name == "vllm" or name.startswith("vllm:"):
-        from kvpool.harness.vllm_adapter import require_vllm, vllm_factory
+        from kvpool.harness.foreign.vllm_pool import require_vllm, vllm_factory
 
         require_vllm()
         version = name.partition(":")[2] or None
@@ -112,4 +92,4 @@ def resolve_backends(specs: Sequence[str | PoolFactory | Backend]) -> tuple[Back
     return tuple(out)
 
 
-__all__ = ["Backend", "PoolFactory", "resolve_backend", "resolve_backends"]
+__all__ = ["resolve_backend", "resolve_backends"]

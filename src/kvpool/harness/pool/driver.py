@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 from kvpool import batch
 from kvpool.errors import CallbackError, InvalidEvent, KvPoolError
 from kvpool.events import EventContext, EventGap, cache_index_of, replay
-from kvpool.harness import set_order
-from kvpool.harness.backends import Backend, PoolFactory, resolve_backends
-from kvpool.harness.config import FULL_API
+from kvpool.harness.api import FULL_API, Backend, PoolFactory
+from kvpool.harness.pool import set_order
+from kvpool.harness.pool.backends import resolve_backends
 from kvpool.harness.reproduction import Reproduction
 from kvpool.harness.requests import make_request
 from kvpool.harness.values import Foreign, WatcherKind, WatcherRefused, normalize
@@ -426,7 +426,7 @@ class Lockstep:
 
     def set_metrics_collector(self, kind: Any) -> Reply:
         """Give every backend its own collector of ``kind`` (a
-        :class:`~kvpool.harness.hostile_values.CollectorKind`, or ``None`` to remove it);
+        :class:`~kvpool.harness.rules.hostile_values.CollectorKind`, or ``None`` to remove it);
         their call logs are compared after every later call."""
         self.log.call("pool", "set_metrics_collector", (kind,), {})
         self.metric_logs = [[] for _ in self.pools]

@@ -37,7 +37,9 @@ from kvpool.errors import (
     ReentrantCall,
 )
 from kvpool.events import replay
-from kvpool.harness.hostile_values import (
+from kvpool.harness.pool.machine import PICK, PoolMachine
+from kvpool.harness.requests import make_request
+from kvpool.harness.rules.hostile_values import (
     BAD_BACKEND_NAMES,
     BAD_BLOCK_HASHERS,
     BAD_GROUP_LISTS,
@@ -52,8 +54,6 @@ from kvpool.harness.hostile_values import (
     with_hash,
     without_tokens,
 )
-from kvpool.harness.machine import PICK, PoolMachine
-from kvpool.harness.requests import make_request
 from kvpool.request import Request
 from kvpool.spec.state import NULL_BLOCK_ID
 

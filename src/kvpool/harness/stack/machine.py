@@ -7,7 +7,7 @@ pop-then-free, cache reset, allocation failure under memory pressure, invalid ca
 feeds every call to every stack. After every step it compares, stack against the first (the
 oracle): each call's result or error type, every live request's block tables, hit lengths,
 the pools' ``abstract()`` values (state and pending events) and the events handed over; and
-it checks §11.21–27 as named predicates (:mod:`kvpool.harness.stack_invariants`) on every
+it checks §11.21–27 as named predicates (:mod:`kvpool.harness.stack.invariants`) on every
 stack.
 
 It is a seeded random walk, not a Hypothesis machine: a stack step is a whole scheduler
@@ -29,8 +29,8 @@ from dataclasses import fields as dataclasses_fields
 from typing import Any
 
 from kvpool.errors import KvPoolError
-from kvpool.harness import stack_invariants as inv
-from kvpool.harness.stack_configs import CONFIGURATIONS, StackConfiguration
+from kvpool.harness.stack import invariants as inv
+from kvpool.harness.stack.configs import CONFIGURATIONS, StackConfiguration
 from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
@@ -52,7 +52,7 @@ class Stack:
     """One facade over one backend, plus the tables popped but not yet freed.
 
     ``native`` is true for kvpool's own facade; a foreign one (vLLM's, through
-    :mod:`kvpool.harness.vllm_stack`) gets no invariant predicates (they read kvpool's
+    :mod:`kvpool.harness.foreign.vllm_stack`) gets no invariant predicates (they read kvpool's
     managers) and is compared through :func:`pool_projection`.
     """
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import BackendUnavailable
-from kvpool.harness.adapter import ObjectPoolAdapter
-from kvpool.harness.config import PoolApi
+from kvpool.harness.api import PoolApi, common_api
+from kvpool.harness.foreign.objects import ObjectPoolAdapter
 from kvpool.spec.state import PoolState
 
 FIRST_IN: dict[str, tuple[int, int]] = {
@@ -75,7 +75,6 @@ def api_of_version(version: str) -> PoolApi:
 def detect_api(block_pool_class: Any, version: str) -> PoolApi:
     """What the installed ``BlockPool`` offers: its methods and parameters, and for the
     behaviours no signature shows (null skipping, partial boundaries) its version."""
-    from kvpool.harness.config import common_api
 
     init = inspect.signature(block_pool_class).parameters
     partial = getattr(block_pool_class, "cache_partial_block", None)
@@ -111,7 +110,6 @@ def vllm_api(version: str | None = None) -> PoolApi:
     ``version``'s if one is named (naming a newer version than installed adds nothing)."""
     from vllm.v1.core.block_pool import BlockPool
 
-    from kvpool.harness.config import common_api
 
     api = detect_api(BlockPool, installed_vllm_version())
     return api if version is None else common_api([api, api_of_version(version)])

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from kvpool.errors import DoubleFree, InvalidArgument, NoFreeBlocks
-from kvpool.harness.driver import Reply
-from kvpool.harness.machine import PICK, PoolMachine
+from kvpool.harness.pool.driver import Reply
+from kvpool.harness.pool.machine import PICK, PoolMachine
 from kvpool.harness.values import RECORD, Foreign
 from kvpool.spec.state import NULL_BLOCK_ID, keys_of_block
 
