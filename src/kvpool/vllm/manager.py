@@ -168,7 +168,7 @@ class KvpoolKVCacheManager:
             log_stats=log_stats, enable_kv_cache_events=enable_kv_cache_events,
             dcp_world_size=dcp_world_size, pcp_world_size=pcp_world_size,
             metrics_collector=collector, watermark=watermark, backend=self.backend,
-            policy=self.policy)
+            policy=self.policy, **self._policy_options())
         self.manager = manager
         pool = manager.block_pool
         views.extend(BlockView(b, pool) for b in range(pool.num_gpu_blocks))
@@ -196,6 +196,10 @@ class KvpoolKVCacheManager:
             (get_kv_cache_spec_kind(g.kv_cache_spec).value,
              get_kv_cache_spec_sliding_window(g.kv_cache_spec))
             for g in kv_cache_config.kv_cache_groups)
+
+    def _policy_options(self) -> dict[str, Any]:
+        """Extra options of kvpool's policy for this vLLM version (none for 0.25)."""
+        return {}
 
     def __repr__(self) -> str:
         return f"KvpoolKVCacheManager({self.manager!r})"

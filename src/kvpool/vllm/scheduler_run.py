@@ -197,7 +197,7 @@ def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
         r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
     for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
         new_blocks[rid] = None if ids is None else [list(g) for g in ids]
-    return {
+    record = {
         "scheduled": sorted(output.num_scheduled_tokens.items()),
         "new_block_ids": sorted(new_blocks.items()),
         "resumed": sorted(getattr(cached, "resumed_req_ids", ()) or ()),
@@ -208,6 +208,13 @@ def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
                               output.scheduled_spec_decode_tokens.items()),
         "events": [_event_tuple(e) for e in events],
     }
+    # vLLM 0.33: the blocks to zero and the copy-on-write copies of the step.
+    if hasattr(output, "new_block_ids_to_zero"):
+        record["blocks_to_zero"] = list(output.new_block_ids_to_zero or ())
+    if hasattr(output, "kv_cache_block_copies"):
+        record["block_copies"] = [[c.src_block_id, c.dst_block_id]
+                                  for c in output.kv_cache_block_copies or ()]
+    return record
 
 
 def digest(records: Sequence[dict[str, Any]]) -> str:
