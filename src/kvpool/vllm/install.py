@@ -134,9 +134,10 @@ def _check_scheduler(scheduler: Any) -> None:
     from kvpool.vllm.config import UnsupportedConfig
     from kvpool.vllm.v033_checks import scheduler_refusal
 
-    if scheduler is None:
+    config = getattr(scheduler, "kv_cache_config", None)
+    if config is None:
         return
-    why = scheduler_refusal(scheduler)
+    why = scheduler_refusal(scheduler, config)
     if why is not None:
         raise UnsupportedConfig(f"kvpool's drop-in for vLLM 0.33: {why}")
 

@@ -11,13 +11,14 @@ it than 0.25's. :class:`Kvpool033KVCacheManager` is the 0.25 drop-in with what c
   when it is longer than the common one: vLLM's scheduler stops a Mamba chunk there);
   prefix-cache stats are recorded by ``record_prefix_cache_stats`` at admission, not by
   the lookup; ``kv_cache_report_mode="full"`` requests get ``BlockStored`` for their hits;
-* ``allocate_slots`` takes ``skip_zeroing_group_ids`` (connector loads: refused with the
-  connector); partial hash hits are on where vLLM 0.33 turns them on (kvpool's opt-in
+* ``allocate_slots`` takes ``skip_zeroing_group_ids`` (a connector's async load; it only
+  changes zeroing, and a model that needs zeroing is refused with a connector); partial
+  hash hits are on where vLLM 0.33 turns them on (kvpool's opt-in
   ``allow_partial_hash_hits``), checked against vLLM's own predicate at engine start;
 * ``truncate_computed_blocks``, ``estimate_cached_tokens``, ``record_blocks_for_zeroing``,
   ``take_kv_cache_block_copies`` (vLLM's copy objects, endpoints as block views that
   ``block_pool.free_blocks`` takes back), ``take_boundary_state_offloads`` and
-  ``finalize_partial_tail_offloads`` (nothing to hand a connector: connectors are refused),
+  ``finalize_partial_tail_offloads`` (Mamba states for a connector: refused with one),
   ``get_num_common_prefix_blocks`` (0.33: always zeros);
 * ``coordinator`` is a view whose ``single_type_managers`` carry vLLM's specs (the
   scheduler tests them with ``isinstance``) and whose ``get_num_blocks_to_allocate``
@@ -235,10 +236,9 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
                        full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
                        has_scheduled_reqs: bool = True,
                        skip_zeroing_group_ids: tuple[int, ...] = ()) -> Any:
-        """0.33's ``allocate_slots``: kvpool's, after the 0.33-only argument is read."""
-        if skip_zeroing_group_ids:  # only a KV connector's async load passes any
-            raise UnsupportedConfig("skip_zeroing_group_ids: kvpool's drop-in for vLLM 0.33 "
-                                    "serves no KV connector")
+        """0.33's ``allocate_slots``: kvpool's. ``skip_zeroing_group_ids`` (a connector's
+        async load) only changes which blocks are zeroed; a model that needs zeroing is
+        refused with a connector, so it changes nothing here."""
         in_flight = request.num_in_flight_tokens
         if not in_flight:
             return self._facade_allocate(
@@ -272,8 +272,11 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
         return out
 
     def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
-        raise UnsupportedConfig("record_blocks_for_zeroing: kvpool's drop-in for vLLM 0.33 "
-                                "serves no KV connector")
+        """Blocks a failed connector load left unwritten, from ``start_token`` on, zeroed
+        again (only where the model needs zeroing: then a connector is refused)."""
+        if self._zeroed:
+            raise UnsupportedConfig("record_blocks_for_zeroing: kvpool's drop-in for vLLM "
+                                    "0.33 serves no KV connector on a model that needs zeroing")
 
     def take_kv_cache_block_copies(self) -> tuple[list[Any], list[BlockView]]:
         """Pending copy-on-write copies as vLLM's objects, and their endpoints (held until
@@ -287,14 +290,16 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
         return copies, [views[b] for src, dst, _ in pairs for b in (src, dst)]
 
     def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
-        return {}  # read by a KV connector only; none is served
+        return {}  # Mamba "align" states for a connector: connectors with Mamba are refused
 
     def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
-        return []  # read by a KV connector only; none is served
+        return []  # Mamba partial tails for a connector: connectors with Mamba are refused
 
     def get_computed_blocks_for_connector(self, request: Any,
                                           max_cache_hit_length: int | None = None) -> Any:
-        raise UnsupportedConfig("kvpool's drop-in for vLLM 0.33 serves no KV connector")
+        """The lookup a connector asking for divergent hybrid hits gets (refused at start;
+        without a Mamba group 0.33 answers with the plain lookup)."""
+        return (*self.get_computed_blocks(request, max_cache_hit_length), False)
 
     def estimate_cached_tokens(self, request: Any) -> int:
         """The fewest keyed tokens any prefix-cached attention group holds for the
@@ -330,6 +335,12 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
         if self._stats is not None:
             self._stats.reset = True
         return True
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        """0.33's keyword: the tokens processed (computed and no longer in flight)."""
+        self.manager.remove_skipped_blocks(request_id, processed_computed_tokens,
+                                           num_prompt_tokens)
 
     def pop_blocks_for_free(self, request: Any) -> list[BlockView]:
         """0.33 hands the tables over without null blocks (its pool skips them)."""

@@ -12,8 +12,9 @@ to vLLM's manager) instead of being served differently:
   a bounded window, full attention carrying a window / chunk / non-causal mark;
 * manager arguments: lookahead block hashing, multi-module MTP re-prefill
   (``num_prefill_lookahead > 1``);
-* the scheduler (:func:`scheduler_refusal`): a KV connector (connectors bind vLLM's own
-  block pool and coordinator and read Mamba boundary states).
+* the scheduler (:func:`scheduler_refusal`): a KV connector that binds vLLM's own pool
+  or manager, asks for divergent hybrid hits, or runs on a model with a Mamba group or one
+  that needs KV zeroing.
 """
 
 from __future__ import annotations
@@ -70,12 +71,40 @@ def refusal(kv_cache_config: Any, *, num_hash_lookahead_tokens: int = 0,
     return None
 
 
-def scheduler_refusal(scheduler: Any) -> str | None:
-    """Why kvpool cannot serve the 0.33 scheduler that builds the manager, or ``None``."""
-    if getattr(scheduler, "connector", None) is not None:
-        return (f"a KV connector ({type(scheduler.connector).__name__}) binds vLLM's own block "
-                f"pool and coordinator")
+def scheduler_refusal(scheduler: Any, kv_cache_config: Any) -> str | None:
+    """Why kvpool cannot serve the 0.33 scheduler that builds the manager, or ``None``.
+
+    A KV connector is served when it only talks to the manager through its public calls
+    (hits, external tokens, block ids): not one that binds the block pool or the manager
+    itself (offloading connectors read vLLM's pool and coordinator), not one that reports
+    per-group divergent hybrid hits, and not on a model with a Mamba group (0.33 hands a
+    connector Mamba boundary states and partial tails, which kvpool does not keep) or one
+    that needs KV zeroing (0.33 skips zeroing the groups a connector loads)."""
+    connector = getattr(scheduler, "connector", None)
+    if connector is None:
+        return None
+    name = type(connector).__name__
+    for hook in ("bind_kv_cache_manager", "bind_gpu_block_pool"):
+        if _overrides(connector, hook):
+            return f"the KV connector {name} overrides {hook} (it reads vLLM's own pool)"
+    if getattr(connector, "supports_divergent_local_hybrid_hits", False):
+        return f"the KV connector {name} asks for per-group (divergent) hybrid hits"
+    if getattr(kv_cache_config, "needs_kv_cache_zeroing", False):
+        return f"a KV connector ({name}) on a model that needs KV zeroing"
+    if any(type(g.kv_cache_spec).__name__ == "MambaSpec"
+           for g in kv_cache_config.kv_cache_groups):
+        return f"a KV connector ({name}) on a model with a Mamba group"
     return None
+
+
+def _overrides(obj: Any, method: str) -> bool:
+    """Whether ``obj``'s class defines ``method`` below vLLM's connector base class."""
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "KVConnectorBase_V1":
+            return False
+        if method in vars(cls):
+            return True
+    return False
 
 
 def zeroed_group_ids(groups: Sequence[Any], attention_cls: type,
