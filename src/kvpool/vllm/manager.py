@@ -1,4 +1,5 @@
-"""The drop-in: kvpool's KV cache manager behind vLLM's ``KVCacheManager`` interface.
+"""The drop-in: kvpool's KV cache manager behind vLLM 0.25's ``KVCacheManager`` interface
+(:mod:`kvpool.vllm.v033` adds what vLLM 0.33's scheduler calls).
 
 :class:`KvpoolKVCacheManager` is constructed exactly as vLLM's scheduler constructs its own
 manager (same keyword arguments, vLLM's ``KVCacheConfig``) and answers every call the
@@ -15,7 +16,7 @@ scheduler, its KV connectors and its stats loggers make, in vLLM's types:
 
 The decisions are kvpool's policy layer (:class:`kvpool.policy.KVCacheManager`, or the
 fast policy where it serves the configuration): the conformance tier
-(``tests/vllm/test_scheduler_conformance.py``) runs vLLM's real scheduler with both
+(``tests/dropin/test_scheduler_conformance.py``) runs vLLM's real scheduler with both
 managers and compares every step. Differences from vLLM's manager are kvpool's documented
 stricter checks (BEHAVIOUR.md §12): a call vLLM would half-execute raises a typed error.
 """
