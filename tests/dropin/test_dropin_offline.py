@@ -171,3 +171,125 @@ def test_importing_the_drop_in_does_not_import_vllm() -> None:
                          check=True)
     assert out.stdout.strip() == "False"
 
+
+
+# -- vLLM 0.33: what the drop-in refuses (kvpool.vllm.v033_checks, read by attribute) ------
+
+@dataclass
+class Config033:
+    num_blocks: int
+    kv_cache_groups: list
+    prefix_cache_retention_interval: object = None
+    hisparse_host_num_blocks: object = None
+    cache_hit_alignment_tokens: object = None
+    needs_kv_cache_zeroing: bool = False
+
+
+@dataclass
+class Role:
+    value: str
+
+
+@dataclass
+class Group033(Group):
+    role: object = field(default_factory=lambda: Role("default"))
+    host_resident: bool = False
+
+
+def test_vllm_033_configurations_kvpool_serves_pass_the_checks() -> None:
+    from kvpool.vllm.v033_checks import refusal
+
+    assert refusal(Config033(64, [Group033(Full())])) is None
+    assert refusal(Config033(64, [Group033(Full()), Group033(SWA())])) is None
+    assert refusal(Config033(64, [Group033(Full()), Group033(Mamba())]),
+                   num_prefill_lookahead=1) is None  # EAGLE's one-token lookahead
+
+
+@pytest.mark.parametrize("config, kwargs, why", [
+    (Config033(64, [Group033(Full())], prefix_cache_retention_interval=0), {},
+     "prefix_cache_retention_interval=0"),
+    (Config033(64, [Group033(Full())], hisparse_host_num_blocks=8), {},
+     "hisparse_host_num_blocks"),
+    (Config033(64, [Group033(Full())], cache_hit_alignment_tokens=32), {},
+     "cache_hit_alignment_tokens"),
+    (Config033(64, [Group033(Full())]), {"num_hash_lookahead_tokens": 2}, "lookahead"),
+    (Config033(64, [Group033(Full())]), {"num_prefill_lookahead": 3}, "MTP"),
+    (Config033(64, [Group033(Full(), role=Role("hisparse_source"))]), {}, "role"),
+    (Config033(64, [Group033(Full(), host_resident=True)]), {}, "host-resident"),
+    (Config033(64, [Group033(Full()), Group033(vllm_class(
+        "MambaSpec", shapes=((4,),), dtypes=("float16",), mamba_cache_mode="align",
+        num_prefill_checkpoint_blocks=1)())]), {}, "num_prefill_checkpoint_blocks"),
+    (Config033(64, [Group033(Full()), Group033(vllm_class(
+        "SlidingWindowSpec", sliding_window=128, extra_retained_tokens=16)())]), {},
+     "extra_retained_tokens"),
+    (Config033(64, [Group033(vllm_class("FullAttentionSpec", sliding_window=128)())]), {},
+     "FullAttentionSpec.sliding_window"),
+    (Config033(64, [Group033(vllm_class("MLAAttentionSpec", non_causal=True)())]), {},
+     "non_causal"),
+])
+def test_vllm_033_features_kvpool_does_not_serve_are_refused_by_name(config, kwargs,
+                                                                      why) -> None:
+    from kvpool.vllm.v033_checks import refusal
+
+    answer = refusal(config, **kwargs)
+    assert answer is not None and why in answer
+
+
+class KVConnectorBase_V1:  # noqa: N801 - named like vLLM's connector base class
+    def bind_kv_cache_manager(self, manager: object) -> None: ...
+    def bind_gpu_block_pool(self, pool: object) -> None: ...
+
+
+class PlainConnector(KVConnectorBase_V1):
+    pass
+
+
+class BindingConnector(KVConnectorBase_V1):
+    def bind_gpu_block_pool(self, pool: object) -> None: ...
+
+
+class DivergentConnector(KVConnectorBase_V1):
+    supports_divergent_local_hybrid_hits = True
+
+
+@dataclass
+class Scheduler:
+    connector: object = None
+
+
+def test_a_kv_connector_is_served_only_through_the_managers_public_calls() -> None:
+    from kvpool.vllm.v033_checks import scheduler_refusal
+
+    full = Config033(64, [Group033(Full())])
+    assert scheduler_refusal(Scheduler(), full) is None
+    assert scheduler_refusal(Scheduler(PlainConnector()), full) is None
+    assert "bind_gpu_block_pool" in scheduler_refusal(Scheduler(BindingConnector()), full)
+    assert "divergent" in scheduler_refusal(Scheduler(DivergentConnector()), full)
+    hybrid = Config033(64, [Group033(Full()), Group033(Mamba())])
+    assert "Mamba" in scheduler_refusal(Scheduler(PlainConnector()), hybrid)
+    zeroed = Config033(64, [Group033(Full())], needs_kv_cache_zeroing=True)
+    assert "zeroing" in scheduler_refusal(Scheduler(PlainConnector()), zeroed)
+    assert scheduler_refusal(Scheduler(), hybrid) is None  # no connector: served
+
+
+def test_vllm_033_zeroes_the_new_blocks_of_attention_groups_but_circular_buffers() -> None:
+    from kvpool.vllm.v033_checks import zeroed_group_ids
+
+    class Attention:
+        pass
+
+    class Circular(Attention):
+        pass
+
+    @dataclass
+    class G:
+        kv_cache_spec: object
+
+    groups = [G(Attention()), G(Circular()), G(object()), G(Attention())]
+    assert zeroed_group_ids(groups, Attention, Circular) == frozenset({0, 3})
+
+
+def test_the_supported_vllm_versions_are_0_25_and_0_33() -> None:
+    from kvpool.vllm.install import SUPPORTED_VLLM
+
+    assert SUPPORTED_VLLM == ((0, 25), (0, 33))

@@ -76,14 +76,31 @@ WORKLOADS = [
 ]
 
 
-def test_vllm_025_schedules_identically_with_kvpools_manager() -> None:
-    python = need("025")
+# vLLM 0.33: the same workloads (a resumed request is sent again as a new one, so the small
+# pool shows preemptions only), plus 0.33's partial prefix hits with copy-on-write (Mamba
+# blocks of 32 tokens hashed every 16) and a KV connector (vLLM's ExampleConnector, scheduler
+# side, a third of the prompts held by its store).
+WORKLOADS_033 = [
+    (name, setup, workload, backends,
+     {"preempted": 10} if name == "preemptions" else exercised)
+    for name, setup, workload, backends, exercised in WORKLOADS
+] + [
+    ("full+mamba partial hits", {"model": "full+mamba", "num_blocks": 3000, "block_size": 32,
+                                 "hash_block_size": 16}, {"num_requests": 300},
+     ["fast", "reference"], {"block_copies": 100, "preempted": 5}),
+    ("example connector", {"connector": True}, {"num_requests": 300}, ["fast", "reference"],
+     {"external_tokens": 50_000}),
+]
+
+
+def conform(python: str, workloads: list) -> None:
+    """Every workload: vLLM's manager and kvpool's make the same decisions every step."""
     commands = [{"compare": backends, "setup": setup, "workload": workload}
-                for _, setup, workload, backends, _ in WORKLOADS]
+                for _, setup, workload, backends, _ in workloads]
     answers = ask(python, commands)
-    assert len(answers) == len(WORKLOADS)
+    assert len(answers) == len(workloads)
     differences = []
-    for (name, *_, exercised), answer in zip(WORKLOADS, answers, strict=True):
+    for (name, *_, exercised), answer in zip(workloads, answers, strict=True):
         assert answer["steps"] > 0
         for what, least in exercised.items():  # the workload tests what it claims to
             assert answer["counts"].get(what, 0) >= least, (name, what, answer["counts"])
@@ -93,29 +110,68 @@ def test_vllm_025_schedules_identically_with_kvpools_manager() -> None:
                 differences.append(f"{name} [{backend}]: {result['difference']}")
     assert not differences, "\n".join(differences)
     print(json.dumps({name: answer["counts"] for (name, *_), answer in
-                      zip(WORKLOADS, answers, strict=True)}))
+                      zip(workloads, answers, strict=True)}))
 
 
-def test_vllm_025_picks_the_fast_policy_for_a_full_attention_model() -> None:
-    python = need("025")
+def test_vllm_025_schedules_identically_with_kvpools_manager() -> None:
+    conform(need("025"), WORKLOADS)
+
+
+def test_vllm_033_schedules_identically_with_kvpools_manager() -> None:
+    conform(need("033"), WORKLOADS_033)
+
+
+@pytest.mark.parametrize("version", ["025", "033"])
+def test_the_fast_policy_serves_a_full_attention_model(version: str) -> None:
+    python = need(version)
     answer = ask(python, [{"manager": "kvpool", "backend": "fast", "record": False,
                            "workload": {"num_requests": 20}}])[0]
     assert answer["manager_repr"].startswith("KvpoolKVCacheManager(FastKVCacheManager(")
 
 
-def test_vllm_033_is_refused_at_install_and_fallback_keeps_vllms_manager() -> None:
-    """The drop-in implements vLLM 0.25's scheduler contract; vLLM 0.33's manager interface
-    differs (get_computed_blocks returns three values, new calls). Refused, never wrong."""
+def run_script(python: str, script: str) -> str:
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True,
+                          env=kit_env(python), timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_an_unsupported_vllm_version_is_refused_and_fallback_keeps_vllms_manager() -> None:
+    """A vLLM whose scheduler contract the drop-in does not implement (faked: 0.30) is
+    refused at install; with on_unsupported="fallback" vLLM's own manager stays."""
     python = need("033")
-    script = (
+    out = run_script(python, (
+        "import vllm\nvllm.__version__ = '0.30.0'\n"
         "import kvpool.vllm as d\n"
         "try:\n    d.install('fast')\nexcept d.UnsupportedConfig as e:\n    print('refused', e)\n"
         "d.install('fast', on_unsupported='fallback')\n"
         "from vllm.v1.core.sched import scheduler as s\n"
-        "print('stock', s.KVCacheManager.__module__)\n")
-    done = subprocess.run([python, "-c", script], capture_output=True, text=True,
-                          env=kit_env(python), timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "refused kvpool's drop-in implements the scheduler contract of vLLM 0.25" in \
-        done.stdout
-    assert "stock vllm.v1.core.kv_cache_manager" in done.stdout
+        "print('stock', s.KVCacheManager.__module__)\n"))
+    assert "refused kvpool's drop-in implements the scheduler contract of vLLM 0.25, 0.33; " \
+        "this is vLLM 0.30" in out
+    assert "stock vllm.v1.core.kv_cache_manager" in out
+
+
+def test_vllm_033_refuses_what_kvpool_does_not_serve_at_engine_start() -> None:
+    """Sparse prefix-cache retention (a 0.33 feature kvpool's drop-in does not serve) stops
+    the engine at start; with fallback the scheduler gets vLLM's own manager."""
+    python = need("033")
+    out = run_script(python, (
+        "from kvpool.vllm import scheduler_run as r\n"
+        "import kvpool.vllm as d\n"
+        "from vllm.v1 import kv_cache_interface as vi\n"
+        "KV = vi.KVCacheConfig\n"
+        "class Sparse(KV):\n"
+        "    def __init__(self, *a, **k):\n"
+        "        super().__init__(*a, **k)\n"
+        "        self.prefix_cache_retention_interval = 0\n"
+        "vi.KVCacheConfig = Sparse\n"
+        "d.install('fast', warm_up=False)\n"
+        "try:\n    r.build_scheduler(r.Setup(model='full+swa', num_blocks=200))\n"
+        "except d.UnsupportedConfig as e:\n    print('refused', e)\n"
+        "d.install('fast', on_unsupported='fallback', warm_up=False)\n"
+        "s = r.build_scheduler(r.Setup(model='full+swa', num_blocks=200))\n"
+        "print('manager', type(s.kv_cache_manager).__module__)\n"))
+    assert "refused kvpool's drop-in for vLLM 0.33: KVCacheConfig." \
+        "prefix_cache_retention_interval=0" in out
+    assert "manager vllm.v1.core.kv_cache_manager" in out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from kvpool.errors import InvalidConfig
@@ -31,7 +32,7 @@ logger = logging.getLogger("kvpool.vllm")
 
 BACKENDS = ("fast", "reference", "spec")
 POLICIES = ("auto", "fast", "generic")
-SUPPORTED_VLLM = ((0, 25),)
+SUPPORTED_VLLM = ((0, 25), (0, 33))
 """(major, minor) of the vLLM versions whose scheduler contract the drop-in implements."""
 
 _installed: dict[str, Any] = {}
@@ -62,8 +63,6 @@ def install(backend: str = "fast", *, policy: str = "auto",
     from vllm.v1.core import kv_cache_manager as vllm_manager_module
     from vllm.v1.core.sched import scheduler as scheduler_module
 
-    from kvpool.vllm.manager import KvpoolKVCacheManager
-
     version = vllm_version()
     stock = _installed.get("stock", scheduler_module.KVCacheManager)
     if version not in SUPPORTED_VLLM:
@@ -77,7 +76,9 @@ def install(backend: str = "fast", *, policy: str = "auto",
         logger.warning("%s: vLLM's own KV cache manager stays in place", message)
         return
 
-    class Configured(KvpoolKVCacheManager):
+    base = _manager_class(version)
+
+    class Configured(base):  # type: ignore[valid-type, misc]
         """The drop-in with this installation's options."""
 
     Configured.backend, Configured.policy = backend, policy
@@ -86,6 +87,8 @@ def install(backend: str = "fast", *, policy: str = "auto",
     def build(*args: Any, **kwargs: Any) -> Any:
         """What vLLM's scheduler calls as ``KVCacheManager(...)``."""
         try:
+            if version >= (0, 33):
+                _check_scheduler(sys._getframe(1).f_locals.get("self"))
             return Configured(*args, **kwargs)
         except InvalidConfig as error:
             if on_unsupported == "error":
@@ -111,6 +114,32 @@ def install(backend: str = "fast", *, policy: str = "auto",
         logger.info("kvpool: fast backend ready in %.2f s", seconds)
     logger.info("kvpool: vLLM's scheduler now uses kvpool's KV cache manager (backend=%s, "
                 "policy=%s)", backend, policy)
+
+
+def _manager_class(version: tuple[int, int]) -> type:
+    """The drop-in class implementing this vLLM version's manager contract."""
+    if version >= (0, 33):
+        from kvpool.vllm.v033 import Kvpool033KVCacheManager
+
+        return Kvpool033KVCacheManager
+    from kvpool.vllm.manager import KvpoolKVCacheManager
+
+    return KvpoolKVCacheManager
+
+
+def _check_scheduler(scheduler: Any) -> None:
+    """Refuse what the scheduler building the manager uses and kvpool does not serve
+    (:func:`kvpool.vllm.v033_checks.scheduler_refusal`). The scheduler is the caller: vLLM
+    passes the manager no engine configuration, so its own object is read."""
+    from kvpool.vllm.config import UnsupportedConfig
+    from kvpool.vllm.v033_checks import scheduler_refusal
+
+    config = getattr(scheduler, "kv_cache_config", None)
+    if config is None:
+        return
+    why = scheduler_refusal(scheduler, config)
+    if why is not None:
+        raise UnsupportedConfig(f"kvpool's drop-in for vLLM 0.33: {why}")
 
 
 def uninstall() -> None:

@@ -1,4 +1,5 @@
-"""The drop-in: kvpool's KV cache manager behind vLLM's ``KVCacheManager`` interface.
+"""The drop-in: kvpool's KV cache manager behind vLLM 0.25's ``KVCacheManager`` interface
+(:mod:`kvpool.vllm.v033` adds what vLLM 0.33's scheduler calls).
 
 :class:`KvpoolKVCacheManager` is constructed exactly as vLLM's scheduler constructs its own
 manager (same keyword arguments, vLLM's ``KVCacheConfig``) and answers every call the
@@ -15,7 +16,7 @@ scheduler, its KV connectors and its stats loggers make, in vLLM's types:
 
 The decisions are kvpool's policy layer (:class:`kvpool.policy.KVCacheManager`, or the
 fast policy where it serves the configuration): the conformance tier
-(``tests/vllm/test_scheduler_conformance.py``) runs vLLM's real scheduler with both
+(``tests/dropin/test_scheduler_conformance.py``) runs vLLM's real scheduler with both
 managers and compares every step. Differences from vLLM's manager are kvpool's documented
 stricter checks (BEHAVIOUR.md §12): a call vLLM would half-execute raises a typed error.
 """
@@ -168,7 +169,7 @@ class KvpoolKVCacheManager:
             log_stats=log_stats, enable_kv_cache_events=enable_kv_cache_events,
             dcp_world_size=dcp_world_size, pcp_world_size=pcp_world_size,
             metrics_collector=collector, watermark=watermark, backend=self.backend,
-            policy=self.policy)
+            policy=self.policy, **self._policy_options())
         self.manager = manager
         pool = manager.block_pool
         views.extend(BlockView(b, pool) for b in range(pool.num_gpu_blocks))
@@ -196,6 +197,10 @@ class KvpoolKVCacheManager:
             (get_kv_cache_spec_kind(g.kv_cache_spec).value,
              get_kv_cache_spec_sliding_window(g.kv_cache_spec))
             for g in kv_cache_config.kv_cache_groups)
+
+    def _policy_options(self) -> dict[str, Any]:
+        """Extra options of kvpool's policy for this vLLM version (none for 0.25)."""
+        return {}
 
     def __repr__(self) -> str:
         return f"KvpoolKVCacheManager({self.manager!r})"

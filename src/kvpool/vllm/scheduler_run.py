@@ -63,6 +63,12 @@ class Setup:
     num_speculative_tokens: int = 0
     kv_events: bool = True
     log_stats: bool = True
+    hash_block_size: int = 0
+    connector: bool = False
+    """vLLM's ``ExampleConnector`` (scheduler side; its store is a temporary directory
+    where :func:`run` marks every third prompt as held, so those requests get external
+    tokens; no worker loads anything)."""
+    """0: the block size. Smaller (with ``full+mamba``): vLLM 0.33's partial prefix hits."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +127,7 @@ def _kv_cache_groups(setup: Setup) -> list[Any]:
     raise ValueError(f"model must be one of {MODELS}, got {setup.model!r}")
 
 
-def build_scheduler(setup: Setup) -> Any:
+def build_scheduler(setup: Setup, store: str | None = None) -> Any:
     """vLLM's ``Scheduler`` for ``setup``, offline, on the CPU."""
     from vllm.config import (
         CacheConfig,
@@ -151,6 +157,12 @@ def build_scheduler(setup: Setup) -> Any:
         extra["speculative_config"] = SpeculativeConfig(
             method="ngram", num_speculative_tokens=setup.num_speculative_tokens,
             prompt_lookup_max=4, prompt_lookup_min=2)
+    if setup.connector:
+        from vllm.config import KVTransferConfig
+
+        extra["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="ExampleConnector", kv_role="kv_both",
+            kv_connector_extra_config={"shared_storage_path": store or tempfile.mkdtemp()})
     if setup.kv_events:
         extra["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True,
                                                    publisher="null")
@@ -158,8 +170,9 @@ def build_scheduler(setup: Setup) -> Any:
                         device_config=DeviceConfig(device="cpu"), **extra)
     kv_config = KVCacheConfig(num_blocks=setup.num_blocks, kv_cache_tensors=[],
                               kv_cache_groups=_kv_cache_groups(setup))
+    extra = {"hash_block_size": setup.hash_block_size} if setup.hash_block_size else {}
     return Scheduler(config, kv_config, structured_output_manager=StructuredOutputManager(config),
-                     block_size=setup.block_size, log_stats=setup.log_stats)
+                     block_size=setup.block_size, log_stats=setup.log_stats, **extra)
 
 
 # -- the fake model -----------------------------------------------------------------------
@@ -197,7 +210,7 @@ def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
         r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
     for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
         new_blocks[rid] = None if ids is None else [list(g) for g in ids]
-    return {
+    record = {
         "scheduled": sorted(output.num_scheduled_tokens.items()),
         "new_block_ids": sorted(new_blocks.items()),
         "resumed": sorted(getattr(cached, "resumed_req_ids", ()) or ()),
@@ -208,6 +221,13 @@ def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
                               output.scheduled_spec_decode_tokens.items()),
         "events": [_event_tuple(e) for e in events],
     }
+    # vLLM 0.33: the blocks to zero and the copy-on-write copies of the step.
+    if hasattr(output, "new_block_ids_to_zero"):
+        record["blocks_to_zero"] = list(output.new_block_ids_to_zero or ())
+    if hasattr(output, "kv_cache_block_copies"):
+        record["block_copies"] = [[c.src_block_id, c.dst_block_id]
+                                  for c in output.kv_cache_block_copies or ()]
+    return record
 
 
 def digest(records: Sequence[dict[str, Any]]) -> str:
@@ -260,6 +280,20 @@ class _ManagerClock:
                 setattr(manager, name, wrap(method))
 
 
+def _fill_connector_store(connector: Any, workload: Workload, block_size: int) -> None:
+    """Mark every third prompt as held by the ``ExampleConnector``'s store (an empty
+    folder under the name it looks up: all its scheduler side checks). Not prompts of
+    ``1 + k * block_size`` tokens: for those the local hit can hold one block more than the
+    connector's rounding, and it reports a negative count (docs/vllm.md, deviations)."""
+    import torch
+
+    for i, (_, prompt, _) in enumerate(workload.requests):
+        aligned = (len(prompt) - 2) // block_size * block_size  # the connector's alignment
+        if i % 3 == 0 and aligned > 0 and (len(prompt) - 1) % block_size:
+            connector._generate_foldername_debug(torch.tensor(list(prompt))[:aligned], [],
+                                                 create_folder=True)
+
+
 def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str = "fast",
         policy: str = "auto", record: bool = True, timing: bool = False,
         max_steps: int = 100_000) -> dict[str, Any]:
@@ -280,12 +314,15 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         dropin.uninstall()
     else:
         raise ValueError(f"manager must be 'vllm' or 'kvpool', got {manager!r}")
-    scheduler = build_scheduler(setup)
+    store = tempfile.mkdtemp(prefix="kvpool-connector-") if setup.connector else None
+    scheduler = build_scheduler(setup, store)
+    if store is not None:
+        _fill_connector_store(scheduler.connector, workload, setup.block_size)
     recorder = _Recorder()
     scheduler.kv_event_publisher = recorder
     clock = _ManagerClock(scheduler.kv_cache_manager) if timing else None
     init_none_hash(sha256)
-    hasher = get_request_block_hasher(setup.block_size, sha256)
+    hasher = get_request_block_hasher(setup.hash_block_size or setup.block_size, sha256)
     outputs = {rid: out for rid, _, out in workload.requests}
     params: dict[int, Any] = {}
     for rid, prompt, out in workload.requests:
@@ -300,6 +337,15 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     step_seconds = step_wall = 0.0
     first_step_s = 0.0
     interventions = {"aborted_waiting": 0, "aborted_running": 0, "resets": 0}
+    if store is not None:
+        interventions["external_tokens"] = 0
+        after_alloc = scheduler.connector.update_state_after_alloc
+
+        def counted(request: Any, blocks: Any, num_external_tokens: int) -> Any:
+            interventions["external_tokens"] += num_external_tokens
+            return after_alloc(request, blocks, num_external_tokens)
+
+        scheduler.connector.update_state_after_alloc = counted
     gc.collect()
     while scheduler.has_unfinished_requests() and step < max_steps:
         if workload.abort_every and step and step % workload.abort_every == 0:
@@ -352,6 +398,10 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
             records.append(step_record(output, recorder.events))
         recorder.events.clear()
         step += 1
+    if store is not None:
+        import shutil
+
+        shutil.rmtree(store, ignore_errors=True)
     result_dict: dict[str, Any] = {
         "workload": workload.name, "setup": asdict(setup), "manager": manager,
         "backend": backend if manager == "kvpool" else None,
@@ -394,6 +444,9 @@ def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
         out["new_blocks"] += sum(len(g) for _, groups in record["new_block_ids"]
                                  for g in groups or ())
         out["steps_with_common_prefix"] += any(record["common_prefix_blocks"])
+        for key in ("block_copies", "blocks_to_zero"):  # vLLM 0.33
+            if key in record:
+                out[key] = out.get(key, 0) + len(record[key])
         for event in record["events"]:
             out[event[0]] = out.get(event[0], 0) + 1
     return out
