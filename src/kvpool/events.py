@@ -11,11 +11,13 @@ into these events right away, reading token ids and extra keys from the request.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
+from kvpool.hashing.coarse import resolve_block_hashes
+from kvpool.hashing.extra_keys import event_extra_keys, need_extra_keys
 from kvpool.hashing.request_view import token_slice
 from kvpool.keys import ExternalBlockHash, external_block_hash, key_group, key_hash
 from kvpool.spec.records import (
@@ -83,6 +85,12 @@ class EventContext:
     def external(self, block_hash: bytes) -> ExternalBlockHash:
         return external_block_hash(block_hash, use_int=self.use_int_block_hashes)
 
+    def external_all(self, block_hashes: Iterable[bytes]) -> list[ExternalBlockHash]:
+        """:meth:`external` of each hash (one comprehension: events report runs of them)."""
+        if self.use_int_block_hashes:
+            return [int.from_bytes(h[-8:], "big") for h in block_hashes]
+        return [bytes(h) for h in block_hashes]
+
 
 def _lora(request: Any) -> tuple[int | None, str | None]:
     lora = getattr(request, "lora_request", None)
@@ -91,24 +99,24 @@ def _lora(request: Any) -> tuple[int | None, str | None]:
     return lora.lora_int_id, lora.lora_name
 
 
-def _stored(record: StoredRecord, request: Any, ctx: EventContext) -> BlockStored:
-    from kvpool.hashing import event_extra_keys, resolve_block_hashes
-
+def _stored(record: StoredRecord, request: Any, ctx: EventContext,
+            stored: Callable[..., Any] = BlockStored) -> Any:
     bs = record.block_size
     hashes = resolve_block_hashes(request.block_hashes, ctx.hash_block_size, bs)
     parent = None if record.num_cached == 0 else ctx.external(hashes[record.num_cached - 1])
-    extra = [
-        event_extra_keys(request, k * bs, (k + 1) * bs, ctx.num_lookahead_tokens)
-        for k in record.positions
-    ]
+    if need_extra_keys(request):
+        extra = [event_extra_keys(request, k * bs, (k + 1) * bs, ctx.num_lookahead_tokens)
+                 for k in record.positions]
+    else:  # no LoRA, multimodal item, salt or embeddings: no block has extra keys
+        extra = [None] * len(record.positions)
     lookahead = None
     if ctx.num_lookahead_tokens:
         n = ctx.num_lookahead_tokens
         lookahead = [token_slice(request, (k + 1) * bs, (k + 1) * bs + n)
                      for k in record.positions]
     lora_id, lora_name = _lora(request)
-    return BlockStored(
-        block_hashes=[ctx.external(h) for h in record.hashes],
+    return stored(
+        block_hashes=ctx.external_all(record.hashes),
         parent_block_hash=parent,
         token_ids=token_slice(request, record.num_cached * bs, record.num_full * bs),
         block_size=bs,
@@ -123,9 +131,8 @@ def _stored(record: StoredRecord, request: Any, ctx: EventContext) -> BlockStore
     )
 
 
-def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext) -> BlockStored:
-    from kvpool.hashing import event_extra_keys
-
+def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext,
+                    stored: Callable[..., Any] = BlockStored) -> Any:
     hbs = ctx.hash_block_size
     end = record.num_tokens
     index = end // hbs - 1
@@ -134,7 +141,7 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
     if ctx.num_lookahead_tokens:
         lookahead = [token_slice(request, end, end + ctx.num_lookahead_tokens)]
     lora_id, lora_name = _lora(request)
-    return BlockStored(
+    return stored(
         block_hashes=[ctx.external(record.block_hash)],
         parent_block_hash=parent,
         token_ids=token_slice(request, end - hbs, end),
@@ -150,20 +157,27 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
     )
 
 
-def materialize(record: EventRecord, request: Any, ctx: EventContext) -> KVCacheEvent:
-    """The public event for one core record (``request`` is needed for stored blocks)."""
+def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
+                stored: Callable[..., Any] = BlockStored,
+                removed: Callable[..., Any] = BlockRemoved,
+                cleared: Callable[..., Any] = AllBlocksCleared) -> Any:
+    """The public event for one core record (``request`` is needed for stored blocks).
+
+    The three constructors are kvpool's event classes unless a caller passes others that
+    take the same keyword arguments (the vLLM drop-in builds vLLM's own objects)."""
     if isinstance(record, RemovedRecord):
-        return BlockRemoved(
-            block_hashes=[ctx.external(key_hash(record.key))],
+        key = record.key
+        return removed(
+            block_hashes=[ctx.external(key_hash(key))],
             medium=ctx.medium,
-            group_idx=key_group(record.key),
+            group_idx=key_group(key),
             seq=record.seq,
         )
     if isinstance(record, ClearedRecord):
-        return AllBlocksCleared(seq=record.seq)
+        return cleared(seq=record.seq)
     if isinstance(record, StoredRecord):
-        return _stored(record, request, ctx)
-    return _partial_stored(record, request, ctx)
+        return _stored(record, request, ctx, stored)
+    return _partial_stored(record, request, ctx, stored)
 
 
 def _unreportable(request: Any, build: Any) -> KvPoolError | None:
@@ -239,16 +253,25 @@ def partial_stored_rejection(
     return _unreportable(request, lambda: _partial_stored(trial, request, ctx))
 
 
-class EventLog:
-    """Pending events of one pool; ``take`` hands them over and starts a new list."""
+EventBuilder = Callable[[EventRecord, Any, EventContext], Any]
+"""Builds the public event of one core record: ``build(record, request, ctx)``."""
 
-    def __init__(self, ctx: EventContext) -> None:
+
+class EventLog:
+    """Pending events of one pool; ``take`` hands them over and starts a new list.
+
+    Events are built when recorded (a stored block's event reads its request, which changes
+    later) by ``build``: :func:`materialize`, kvpool's event classes, unless the pool's owner
+    chose another (:meth:`kvpool.shell.PoolShell.use_event_builder`)."""
+
+    def __init__(self, ctx: EventContext, build: EventBuilder | None = None) -> None:
         self.ctx = ctx
-        self._pending: list[KVCacheEvent] = []
+        self.build: EventBuilder = build or materialize
+        self._pending: list[Any] = []
 
     def record(self, records: Iterable[EventRecord], request: Any = None) -> None:
-        for r in records:
-            self._pending.append(materialize(r, request, self.ctx))
+        build, ctx = self.build, self.ctx
+        self._pending.extend([build(r, request, ctx) for r in records])
 
     def take(self) -> list[KVCacheEvent]:
         events, self._pending = self._pending, []

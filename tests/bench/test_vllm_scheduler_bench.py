@@ -59,3 +59,26 @@ def test_the_cli_refuses_bad_usage_with_exit_2(tmp_path, capsys) -> None:
                  "--json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("kvpool bench: ") and "not an executable python" in err[-1]
+
+
+def test_kv_events_reach_both_sides_and_the_title(monkeypatch, tmp_path, capsys) -> None:
+    """``--kv-events`` turns events on in the setup both vLLM processes run."""
+    from kvpool.cli import bench as cli_bench
+    from kvpool.cli import main
+
+    seen = {}
+
+    def fake_bench(config, log):
+        seen["config"] = config
+        result = vs._summary(config, {"vllm": [run(2.0, 1.0)], "kvpool": [run(1.0, 0.5)]},
+                             install_s=0.5, first=run(1, 1))
+        return result
+
+    monkeypatch.setattr(vs, "run_vllm_scheduler_bench", fake_bench)
+    monkeypatch.setattr(cli_bench, "_vllm_kit", lambda args, flag: str(tmp_path))
+    assert main(["bench", "--vllm-scheduler", "py", "--kv-events", "--rounds", "1"]) == 0
+    assert seen["config"].kv_events is True
+    assert "KV events on" in capsys.readouterr().out
+    assert main(["bench", "--vllm-scheduler", "py", "--rounds", "1"]) == 0
+    assert seen["config"].kv_events is False
+    assert "KV events off" in capsys.readouterr().out

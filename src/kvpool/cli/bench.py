@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "vLLM's own, with this vLLM venv python (docs/vllm.md)")
     parser.add_argument("--requests", type=positive_int, default=None, metavar="N",
                         help="--vllm-scheduler: the first N requests of the chat trace (2000)")
+    parser.add_argument("--kv-events", action="store_true",
+                        help="--vllm-scheduler: KV cache events on (what a KV-aware router "
+                        "subscribes to), on both sides")
     parser.add_argument("--vllm-kit", metavar="DIR", default=None,
                         help="the vLLM kit directory with bench.py and gen_trace.py "
                         "($KVPOOL_VLLM_KIT, else ../shared/vllm-kit)")
@@ -134,7 +137,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         print("kvpool bench: --backends names no backend", file=sys.stderr)
         return 2
     config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
-                                  rounds=args.rounds, num_requests=args.requests)
+                                  rounds=args.rounds, num_requests=args.requests,
+                                  kv_events=args.kv_events)
     status, result = _against_vllm(args, "--vllm-scheduler", SchedulerDivergence,
                                    lambda log: run_vllm_scheduler_bench(config, log=log))
     if result is None:
@@ -147,7 +151,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         ["figure", "vLLM", f"kvpool ({result['backend']})", "vLLM / kvpool", "target"],
         render_rows(result),
         title=f"vLLM's scheduler, chat trace ({w['requests']:,} requests, {w['steps']:,} "
-        f"steps, {w['num_blocks']:,} blocks), CPU clock, medians of {result['rounds']} "
+        f"steps, {w['num_blocks']:,} blocks, KV events {'on' if w.get('kv_events') else 'off'}), "
+        f"CPU clock, medians of {result['rounds']} "
         f"rounds; same decisions (digest {result['digest']})"))
     print(f"kvpool side: {result['manager']}")
     return 0

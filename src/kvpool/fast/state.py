@@ -422,13 +422,19 @@ class FastState:
         if not count:
             return []
         rows = self.events[:count].tolist()
-        out = []
+        # The removed keys' rows in one gather (an eviction burst removes thousands), cut
+        # into bytes in Python: numpy scalar reads per key cost more than the copy.
+        removed = [payload for kind, payload, _ in rows if kind == k.EV_REMOVED]
+        keys: list[bytes] = []
+        if removed:
+            lengths = self.keys[removed, k.K_LEN].tolist()
+            width = self.key_bytes.shape[1]
+            blob = self.key_bytes[removed].tobytes()
+            keys = [blob[i * width : i * width + n] for i, n in enumerate(lengths)]
+        out: list[tuple[int, int, int, bytes | None]] = []
+        next_key = iter(keys).__next__
         for kind, payload, seq in rows:
-            key = None
-            if kind == k.EV_REMOVED:
-                length = int(self.keys[payload, k.K_LEN])
-                key = self.key_bytes[payload, :length].tobytes()
-            out.append((kind, payload, seq, key))
+            out.append((kind, payload, seq, next_key() if kind == k.EV_REMOVED else None))
         self.kernels.release_removed_keys(self.keys, self.meta, self.events)
         return out
 

@@ -17,9 +17,11 @@ import numpy as np
 
 from kvpool.errors import ForeignBlock, InvalidArgument
 from kvpool.events import (
+    EventBuilder,
     EventContext,
     EventLog,
     KVCacheEvent,
+    materialize,
     partial_stored_rejection,
     stored_rejection,
 )
@@ -370,6 +372,15 @@ class PoolShell(PoolCore, CallbackDelivery):
     def event_context(self) -> EventContext:
         """The settings events are built with (medium, hbs, int hashes); see ``replay``."""
         return self._events.ctx
+
+    def use_event_builder(self, build: EventBuilder | None) -> None:
+        """Build this pool's events with ``build(record, request, ctx)`` from now on
+        (``None``: kvpool's own, :func:`kvpool.events.materialize`). For an owner that hands
+        the events to code expecting other classes — the vLLM drop-in builds vLLM's event
+        objects directly, not kvpool's and then a copy. Pending events are kept as built."""
+        if build is not None and not callable(build):
+            raise InvalidArgument(f"an event builder must be callable, got {build!r}")
+        self._events.build = build or materialize
 
     def take_events(self) -> list[KVCacheEvent]:
         """Hand over the pending events and start a new list (``[]`` if events are off)."""

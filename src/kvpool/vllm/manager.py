@@ -23,8 +23,10 @@ stricter checks (BEHAVIOUR.md §12): a call vLLM would half-execute raises a typ
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from vllm.distributed import kv_events as vllm_events
@@ -33,7 +35,7 @@ from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind, get_kv_cache_spec
 from vllm.v1.metrics.stats import PrefixCacheStats
 from vllm.v1.request import RequestStatus
 
-from kvpool.events import AllBlocksCleared, BlockRemoved, BlockStored
+from kvpool.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBuilder, materialize
 from kvpool.policy import make_kv_cache_manager
 from kvpool.vllm.blocks import BlockView, IdBlocks, block_ids_of
 from kvpool.vllm.config import convert_kv_cache_config
@@ -61,30 +63,50 @@ class _MetricsCollector:
         self.collector.reset()
 
 
-def _fields(cls: type) -> frozenset[str]:
-    return frozenset(getattr(cls, "__struct_fields__", ()))
+def _shared_fields(ours: type, theirs: type) -> tuple[str, ...]:
+    """The fields of kvpool's event class ``ours`` that vLLM's ``theirs`` (a msgspec struct)
+    also has, in kvpool's order: what a conversion copies (computed once, not per event)."""
+    names = set(getattr(theirs, "__struct_fields__", ()))
+    return tuple(f.name for f in dataclasses.fields(ours) if f.name in names)
 
 
-_VLLM_STORED_FIELDS = _fields(vllm_events.BlockStored)
-_VLLM_REMOVED_FIELDS = _fields(vllm_events.BlockRemoved)
+_STORED_FIELDS = _shared_fields(BlockStored, vllm_events.BlockStored)
+_REMOVED_FIELDS = _shared_fields(BlockRemoved, vllm_events.BlockRemoved)
 
 
 def to_vllm_event(event: Any) -> Any:
     """vLLM's event object for one of kvpool's (the fields vLLM's version has)."""
-    if isinstance(event, BlockStored):
-        return vllm_events.BlockStored(**{k: v for k, v in vars_of(event).items()
-                                          if k in _VLLM_STORED_FIELDS})
-    if isinstance(event, BlockRemoved):
-        return vllm_events.BlockRemoved(**{k: v for k, v in vars_of(event).items()
-                                           if k in _VLLM_REMOVED_FIELDS})
+    if type(event) is BlockStored:
+        return vllm_events.BlockStored(**{k: getattr(event, k) for k in _STORED_FIELDS})
+    if type(event) is BlockRemoved:
+        return vllm_events.BlockRemoved(**{k: getattr(event, k) for k in _REMOVED_FIELDS})
     assert isinstance(event, AllBlocksCleared), event
     return vllm_events.AllBlocksCleared()
 
 
-def vars_of(event: Any) -> dict[str, Any]:
-    import dataclasses
+def vllm_event_builder(metadata: Sequence[tuple[Any, Any]]) -> EventBuilder:
+    """Builds vLLM's event objects straight from the pool's records (kvpool's
+    :func:`~kvpool.events.materialize` with vLLM's classes), annotated as vLLM annotates a
+    ``BlockStored``: the spec kind and sliding window of its group (``metadata``)."""
+    stored_names, removed_names = frozenset(_STORED_FIELDS), frozenset(_REMOVED_FIELDS)
 
-    return {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    def stored(**fields: Any) -> Any:
+        event = vllm_events.BlockStored(**{k: v for k, v in fields.items() if k in stored_names})
+        g = fields["group_idx"]
+        if g is not None:
+            if 0 <= g < len(metadata):
+                event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window = metadata[g]
+            else:
+                logger.warning("Group index `%s` not in KV cache metadata", g)
+        return event
+
+    def removed(**fields: Any) -> Any:
+        return vllm_events.BlockRemoved(**{k: v for k, v in fields.items() if k in removed_names})
+
+    def cleared(**fields: Any) -> Any:
+        return vllm_events.AllBlocksCleared()
+
+    return partial(materialize, stored=stored, removed=removed, cleared=cleared)
 
 
 class VllmBlockPool:
@@ -197,6 +219,8 @@ class KvpoolKVCacheManager:
             (get_kv_cache_spec_kind(g.kv_cache_spec).value,
              get_kv_cache_spec_sliding_window(g.kv_cache_spec))
             for g in kv_cache_config.kv_cache_groups)
+        if pool.enable_kv_cache_events:
+            pool.use_event_builder(vllm_event_builder(self.kv_cache_event_metadata))
 
     def _policy_options(self) -> dict[str, Any]:
         """Extra options of kvpool's policy for this vLLM version (none for 0.25)."""
@@ -249,20 +273,9 @@ class KvpoolKVCacheManager:
         return self.manager.reset_prefix_cache()  # type: ignore[no-any-return]
 
     def take_events(self) -> list[Any]:
-        """The pool's events as vLLM's objects, annotated as vLLM annotates them."""
-        out = []
-        metadata = self.kv_cache_event_metadata
-        for event in self.manager.block_pool.take_events():
-            vllm_event = to_vllm_event(event)
-            g = getattr(vllm_event, "group_idx", None)
-            if isinstance(vllm_event, vllm_events.BlockStored) and g is not None:
-                if 0 <= g < len(metadata):
-                    vllm_event.kv_cache_spec_kind, vllm_event.kv_cache_spec_sliding_window = \
-                        metadata[g]
-                else:
-                    logger.warning("Group index `%s` not in KV cache metadata", g)
-            out.append(vllm_event)
-        return out
+        """The pool's events as vLLM's objects, annotated as vLLM annotates them (built so
+        when recorded: :func:`vllm_event_builder`)."""
+        return self.manager.block_pool.take_events()  # type: ignore[no-any-return]
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return self.manager.get_block_ids(request_id)
@@ -281,4 +294,4 @@ class KvpoolKVCacheManager:
         self.manager.new_step_starts()
 
 
-__all__ = ["KvpoolKVCacheManager", "VllmBlockPool", "to_vllm_event"]
+__all__ = ["KvpoolKVCacheManager", "VllmBlockPool", "to_vllm_event", "vllm_event_builder"]

@@ -1,0 +1,124 @@
+"""How events are built: one builder per pool, the token slicer requests share, and the
+extra keys of requests that carry none."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kvpool import make_pool
+from kvpool.errors import InvalidArgument
+from kvpool.events import BlockRemoved, BlockStored, EventContext, materialize
+from kvpool.hashing import BlockHasher, get_request_block_hasher
+from kvpool.hashing.extra_keys import event_extra_keys
+from kvpool.hashing.request_view import token_slice
+from kvpool.request import LoRARequest, MultiModalFeature, Request
+from kvpool.spec.records import RemovedRecord, StoredRecord
+
+HASHER = get_request_block_hasher(4, BlockHasher("sha256", seed="events"))
+BACKENDS = ("spec", "reference", "fast")
+
+
+def request(rid: str, tokens: list[int], **extras) -> Request:
+    return Request(rid, tokens, block_hasher=HASHER, **extras)
+
+
+def evicting_pool(backend: str):
+    pool = make_pool(4, backend=backend, hash_block_size=4, enable_kv_cache_events=True)
+    r = request("a", list(range(12)))
+    ids = pool.get_new_blocks(3)
+    pool.cache_full_blocks(r, ids, 0, 3, 4, 0)
+    pool.free_blocks(ids[::-1])
+    return pool, r
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pool_builds_its_events_with_the_builder_it_is_given(backend):
+    pool, _ = evicting_pool(backend)
+    assert [type(e) for e in pool.take_events()] == [BlockStored]
+    seen = []
+
+    def build(record, req, ctx):
+        seen.append(record)
+        return ("mine", materialize(record, req, ctx))
+
+    pool.use_event_builder(build)
+    pool.get_new_blocks(3)  # evicts the three cached blocks
+    events = pool.take_events()
+    assert [e[0] for e in events] == ["mine"] * 3
+    assert [type(e[1]) for e in events] == [BlockRemoved] * 3
+    assert all(isinstance(r, RemovedRecord) for r in seen)
+    pool.use_event_builder(None)  # kvpool's own again
+    pool.reset_prefix_cache()  # refused (blocks held): no event
+    assert pool.take_events() == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_builder_that_is_not_callable_is_refused_and_changes_nothing(backend):
+    pool, _ = evicting_pool(backend)
+    before = pool.abstract()
+    with pytest.raises(InvalidArgument, match="callable"):
+        pool.use_event_builder("materialize")
+    assert pool.abstract() == before
+
+
+def test_other_constructors_get_the_same_fields():
+    ctx = EventContext(hash_block_size=4)
+    key = b"\x01" * 32 + (3).to_bytes(4, "big")
+    fields = materialize(RemovedRecord(7, key), None, ctx, removed=lambda **kw: kw)
+    assert fields == {"block_hashes": [int.from_bytes(b"\x01" * 8, "big")], "medium": "GPU",
+                      "group_idx": 3, "seq": 7}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_request_token_slice_is_all_token_ids_sliced(seed):
+    rng = random.Random(seed)
+    r = request("r", [rng.randrange(100) for _ in range(rng.randrange(1, 30))])
+    r.append_output_token_ids([rng.randrange(100) for _ in range(rng.randrange(0, 20))])
+    n = r.num_tokens
+    for _ in range(50):
+        start = rng.randrange(0, n + 3)
+        end = rng.randrange(start, n + 5)
+        assert r.token_slice(start, end) == r.all_token_ids[start:end]
+        assert token_slice(r, start, end) == r.all_token_ids[start:end]
+
+
+def test_a_request_that_defines_its_own_tokens_is_sliced_through_them():
+    class Shifted(Request):
+        @property
+        def all_token_ids(self) -> list[int]:
+            return [t + 1 for t in self.prompt_token_ids + self.output_token_ids]
+
+    r = Shifted("s", [1, 2, 3, 4, 5])
+    assert r.token_slice(1, 3) == token_slice(r, 1, 3) == [3, 4]
+
+
+def test_a_proxy_without_all_token_ids_is_not_sliced_through_the_request_it_wraps():
+    class Proxy:
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            if name == "all_token_ids":
+                raise AttributeError(name)
+            return getattr(self._inner, name)
+
+    with pytest.raises(AttributeError):
+        token_slice(Proxy(request("p", [1, 2, 3, 4])), 0, 2)
+
+
+@pytest.mark.parametrize("extras", [
+    {},
+    {"lora_request": LoRARequest("adapter", 1, "/a")},
+    {"cache_salt": "salt"},
+    {"mm_features": [MultiModalFeature("img", 2, 5)]},
+])
+def test_stored_events_report_the_extra_keys_of_every_block(extras):
+    r = request("x", list(range(16)), **extras)
+    ctx = EventContext(hash_block_size=4)
+    record = StoredRecord(seq=0, group_id=0, num_cached=0, num_full=4, block_size=4,
+                          positions=(0, 1, 2, 3), hashes=tuple(r.block_hashes))
+    event = materialize(record, r, ctx)
+    assert event.extra_keys == [event_extra_keys(r, 4 * k, 4 * k + 4) for k in range(4)]
+    assert (event.extra_keys == [None] * 4) == (not extras)
