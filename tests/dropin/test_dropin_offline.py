@@ -272,6 +272,34 @@ def test_a_kv_connector_is_served_only_through_the_managers_public_calls() -> No
     assert scheduler_refusal(Scheduler(), hybrid) is None  # no connector: served
 
 
+def test_a_connector_that_binds_vllms_pool_is_refused_on_every_version() -> None:
+    """vLLM 0.25's scheduler hands ``bind_gpu_block_pool`` the manager's pool too: a
+    connector that reads it (SimpleCPUOffloadConnector) is refused there as well; 0.25 has
+    none of 0.33's other rules (a plain connector on a Mamba model is served)."""
+    from kvpool.vllm.config import UnsupportedConfig
+    from kvpool.vllm.connectors import binding_refusal
+    from kvpool.vllm.install import _check_scheduler
+
+    assert binding_refusal(None) is None and binding_refusal(PlainConnector()) is None
+    assert "bind_gpu_block_pool" in binding_refusal(BindingConnector())
+    hybrid = Config033(64, [Group033(Full()), Group033(Mamba())])
+
+    @dataclass
+    class Building:  # the scheduler object _check_scheduler reads
+        connector: object
+        kv_cache_config: object
+
+    for version in ((0, 25), (0, 33)):
+        with pytest.raises(UnsupportedConfig, match=rf"vLLM {version[0]}\.{version[1]}: "
+                                                    "the KV connector BindingConnector"):
+            _check_scheduler(Building(BindingConnector(), Config033(64, [Group033(Full())])),
+                             version)
+    _check_scheduler(Building(PlainConnector(), hybrid), (0, 25))
+    with pytest.raises(UnsupportedConfig, match="Mamba"):
+        _check_scheduler(Building(PlainConnector(), hybrid), (0, 33))
+    _check_scheduler(None, (0, 25))  # not called from a scheduler: nothing to read
+
+
 def test_vllm_033_zeroes_the_new_blocks_of_attention_groups_but_circular_buffers() -> None:
     from kvpool.vllm.v033_checks import zeroed_group_ids
 

@@ -73,13 +73,16 @@ WORKLOADS = [
     ("full+mamba", {"model": "full+mamba", "num_blocks": 4000}, {"num_requests": 300},
      ["fast", "reference"], {"BlockStored": 100}),
     ("spec-backend", {}, {"num_requests": 60}, ["spec"], {"BlockStored": 10}),
+    # a KV connector: vLLM's ExampleConnector (scheduler side), a third of the prompts held
+    # by its store (both versions have it; no worker runs)
+    ("example connector", {"connector": True}, {"num_requests": 300}, ["fast", "reference"],
+     {"external_tokens": 50_000}),
 ]
 
 
 # vLLM 0.33: the same workloads (a resumed request is sent again as a new one, so the small
 # pool shows preemptions only), plus 0.33's partial prefix hits with copy-on-write (Mamba
-# blocks of 32 tokens hashed every 16) and a KV connector (vLLM's ExampleConnector, scheduler
-# side, a third of the prompts held by its store).
+# blocks of 32 tokens hashed every 16).
 WORKLOADS_033 = [
     (name, setup, workload, backends,
      {"preempted": 10} if name == "preemptions" else exercised)
@@ -88,8 +91,6 @@ WORKLOADS_033 = [
     ("full+mamba partial hits", {"model": "full+mamba", "num_blocks": 3000, "block_size": 32,
                                  "hash_block_size": 16}, {"num_requests": 300},
      ["fast", "reference"], {"block_copies": 100, "preempted": 5}),
-    ("example connector", {"connector": True}, {"num_requests": 300}, ["fast", "reference"],
-     {"external_tokens": 50_000}),
 ]
 
 

@@ -87,8 +87,7 @@ def install(backend: str = "fast", *, policy: str = "auto",
     def build(*args: Any, **kwargs: Any) -> Any:
         """What vLLM's scheduler calls as ``KVCacheManager(...)``."""
         try:
-            if version >= (0, 33):
-                _check_scheduler(sys._getframe(1).f_locals.get("self"))
+            _check_scheduler(sys._getframe(1).f_locals.get("self"), version)
             return Configured(*args, **kwargs)
         except InvalidConfig as error:
             if on_unsupported == "error":
@@ -127,19 +126,25 @@ def _manager_class(version: tuple[int, int]) -> type:
     return KvpoolKVCacheManager
 
 
-def _check_scheduler(scheduler: Any) -> None:
-    """Refuse what the scheduler building the manager uses and kvpool does not serve
-    (:func:`kvpool.vllm.v033_checks.scheduler_refusal`). The scheduler is the caller: vLLM
+def _check_scheduler(scheduler: Any, version: tuple[int, int]) -> None:
+    """Refuse what the scheduler building the manager uses and kvpool does not serve: a KV
+    connector that binds vLLM's pool (:mod:`kvpool.vllm.connectors`) and, on 0.33,
+    :func:`kvpool.vllm.v033_checks.scheduler_refusal`. The scheduler is the caller: vLLM
     passes the manager no engine configuration, so its own object is read."""
     from kvpool.vllm.config import UnsupportedConfig
-    from kvpool.vllm.v033_checks import scheduler_refusal
+    from kvpool.vllm.connectors import binding_refusal
 
     config = getattr(scheduler, "kv_cache_config", None)
     if config is None:
         return
-    why = scheduler_refusal(scheduler, config)
+    if version >= (0, 33):
+        from kvpool.vllm.v033_checks import scheduler_refusal
+
+        why = scheduler_refusal(scheduler, config)
+    else:
+        why = binding_refusal(getattr(scheduler, "connector", None))
     if why is not None:
-        raise UnsupportedConfig(f"kvpool's drop-in for vLLM 0.33: {why}")
+        raise UnsupportedConfig(f"kvpool's drop-in for vLLM {version[0]}.{version[1]}: {why}")
 
 
 def uninstall() -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvpool.vllm.connectors import binding_refusal
+
 #: (spec class name, field, the value that 0.33's default behaviour has).
 _SPEC_DEFAULTS = (
     ("MambaSpec", "num_prefill_checkpoint_blocks", 0),
@@ -84,9 +86,9 @@ def scheduler_refusal(scheduler: Any, kv_cache_config: Any) -> str | None:
     if connector is None:
         return None
     name = type(connector).__name__
-    for hook in ("bind_kv_cache_manager", "bind_gpu_block_pool"):
-        if _overrides(connector, hook):
-            return f"the KV connector {name} overrides {hook} (it reads vLLM's own pool)"
+    why = binding_refusal(connector)
+    if why is not None:
+        return why
     if getattr(connector, "supports_divergent_local_hybrid_hits", False):
         return f"the KV connector {name} asks for per-group (divergent) hybrid hits"
     if getattr(kv_cache_config, "needs_kv_cache_zeroing", False):
@@ -95,16 +97,6 @@ def scheduler_refusal(scheduler: Any, kv_cache_config: Any) -> str | None:
            for g in kv_cache_config.kv_cache_groups):
         return f"a KV connector ({name}) on a model with a Mamba group"
     return None
-
-
-def _overrides(obj: Any, method: str) -> bool:
-    """Whether ``obj``'s class defines ``method`` below vLLM's connector base class."""
-    for cls in type(obj).__mro__:
-        if cls.__name__ == "KVConnectorBase_V1":
-            return False
-        if method in vars(cls):
-            return True
-    return False
 
 
 def zeroed_group_ids(groups: Sequence[Any], attention_cls: type,
