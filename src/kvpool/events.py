@@ -19,7 +19,13 @@ from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.hashing.extra_keys import event_extra_keys, need_extra_keys
 from kvpool.hashing.request_view import token_slice
-from kvpool.keys import ExternalBlockHash, external_block_hash, key_group, key_hash
+from kvpool.keys import (
+    GROUP_ID_BYTES,
+    ExternalBlockHash,
+    external_block_hash,
+    key_group,
+    key_hash,
+)
 from kvpool.spec.records import (
     ClearedRecord,
     EventRecord,
@@ -84,6 +90,12 @@ class EventContext:
 
     def external(self, block_hash: bytes) -> ExternalBlockHash:
         return external_block_hash(block_hash, use_int=self.use_int_block_hashes)
+
+    def external_of_key(self, key: bytes) -> ExternalBlockHash:
+        """:meth:`external` of a key's block hash (``key_hash(key)``), without the slice."""
+        if self.use_int_block_hashes:
+            return int.from_bytes(key[-GROUP_ID_BYTES - 8 : -GROUP_ID_BYTES], "big")
+        return key_hash(key)
 
     def external_all(self, block_hashes: Iterable[bytes]) -> list[ExternalBlockHash]:
         """:meth:`external` of each hash (one comprehension: events report runs of them)."""
@@ -165,10 +177,10 @@ def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
 
     The three constructors are kvpool's event classes unless a caller passes others that
     take the same keyword arguments (the vLLM drop-in builds vLLM's own objects)."""
-    if isinstance(record, RemovedRecord):
+    if isinstance(record, RemovedRecord):  # the common event: one per evicted key
         key = record.key
         return removed(
-            block_hashes=[ctx.external(key_hash(key))],
+            block_hashes=[ctx.external_of_key(key)],
             medium=ctx.medium,
             group_idx=key_group(key),
             seq=record.seq,

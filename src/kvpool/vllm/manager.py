@@ -103,6 +103,15 @@ def vllm_event_builder(metadata: Sequence[tuple[Any, Any]]) -> EventBuilder:
     def removed(**fields: Any) -> Any:
         return vllm_events.BlockRemoved(**{k: v for k, v in fields.items() if k in removed_names})
 
+    def removed_direct(block_hashes: Any, medium: Any, group_idx: Any, seq: int) -> Any:
+        # Every vLLM version kvpool serves has these three fields: no filtering per event
+        # (an eviction burst removes thousands of keys).
+        return vllm_events.BlockRemoved(block_hashes=block_hashes, medium=medium,
+                                        group_idx=group_idx)
+
+    if {"block_hashes", "medium", "group_idx"} <= removed_names:
+        removed = removed_direct  # type: ignore[assignment]
+
     def cleared(**fields: Any) -> Any:
         return vllm_events.AllBlocksCleared()
 
