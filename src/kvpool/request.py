@@ -29,6 +29,7 @@ import numpy as np
 from kvpool.errors import InvalidArgument
 from kvpool.hash_list import BlockHashList
 from kvpool.hashing.raw import pack_int32
+from kvpool.hashing.request_view import check_token_range
 
 MAX_TOKEN_ID = 2**63 - 1
 """Largest token id a request accepts: token ids are non-negative and fit int64 (what vLLM's
@@ -131,7 +132,9 @@ class Request:
         return self.prompt_token_ids + self.output_token_ids
 
     def token_slice(self, start: int, end: int) -> list[int]:
-        """``all_token_ids[start:end]`` without joining the two lists (O(end - start))."""
+        """``all_token_ids[start:end]`` without joining the two lists (O(end - start)); a
+        range that is not ``0 <= start <= end`` ints is :class:`InvalidArgument`."""
+        check_token_range(start, end)
         prompt, output = self.prompt_token_ids, self.output_token_ids
         if type(self).all_token_ids is not Request.all_token_ids or not (
                 type(prompt) is list and type(output) is list):

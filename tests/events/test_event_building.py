@@ -122,3 +122,21 @@ def test_stored_events_report_the_extra_keys_of_every_block(extras):
     event = materialize(record, r, ctx)
     assert event.extra_keys == [event_extra_keys(r, 4 * k, 4 * k + 4) for k in range(4)]
     assert (event.extra_keys == [None] * 4) == (not extras)
+
+
+@pytest.mark.parametrize("start, end", [(-1, 2), (3, 1), ("0", 2), (0, 2.0), (True, 2),
+                                        (0, None)])
+def test_a_token_range_that_is_not_one_is_invalid_argument(start, end):
+    """Request.token_slice and hashing's token_slice (a request without one) refuse alike,
+    and the request is unchanged."""
+    r = request("t", list(range(10)))
+    before = (list(r.prompt_token_ids), list(r.output_token_ids), list(r.block_hashes))
+
+    class Plain:  # a request that only has all_token_ids (vLLM's shape)
+        all_token_ids = list(range(10))
+
+    for call in (lambda: r.token_slice(start, end), lambda: token_slice(r, start, end),
+                 lambda: token_slice(Plain(), start, end)):
+        with pytest.raises(InvalidArgument, match="token range"):
+            call()
+    assert (r.prompt_token_ids, r.output_token_ids, list(r.block_hashes)) == before

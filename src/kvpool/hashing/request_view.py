@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from kvpool.errors import InvalidArgument
+
 
 class HashedFeature(Protocol):
     """One multimodal item: its identifier and the prompt tokens it occupies."""
@@ -60,14 +62,26 @@ class HashedRequest(Protocol):
     def prompt_embeds_digest(self, start: int, end: int) -> bytes: ...
 
 
+def check_token_range(start: object, end: object) -> None:
+    """Raise :class:`~kvpool.errors.InvalidArgument` unless ``0 <= start <= end`` are ints
+    (a token range; one past the last token is fine, as in slicing)."""
+    for name, value in (("start", start), ("end", end)):
+        if type(value) is not int or value < 0:
+            raise InvalidArgument(f"token range {name} must be an int >= 0, got {value!r}")
+    if end < start:  # type: ignore[operator]
+        raise InvalidArgument(f"token range end {end} < start {start}")
+
+
 def token_slice(request: Any, start: int, end: int) -> list[int]:
     """``list(request.all_token_ids)[start:end]``, without copying the whole sequence where
     the request can do better (kvpool's ``Request.token_slice``): a decode step hashes, and
-    an event reports, one block of a sequence that may be thousands of tokens long."""
+    an event reports, one block of a sequence that may be thousands of tokens long. A range
+    that is not ``0 <= start <= end`` ints is :class:`~kvpool.errors.InvalidArgument`."""
     own = getattr(type(request), "token_slice", None)  # the class's: a proxy that forwards
     if own is not None:                                  # attributes must offer all_token_ids
         result: list[int] = own(request, start, end)
         return result
+    check_token_range(start, end)
     return list(request.all_token_ids[start:end])
 
 
