@@ -54,6 +54,9 @@ def test_the_cli_refuses_bad_usage_with_exit_2(tmp_path, capsys) -> None:
     assert main(["bench", "--vllm-scheduler", fake_python, "--vllm-kit", str(tmp_path),
                  "--backends", ","]) == 2
     assert "names no backend" in capsys.readouterr().err
+    for flags in (["--vs-vllm", fake_python, "--vllm-kit", str(tmp_path)], ["--quick"]):
+        assert main(["bench", *flags, "--backends", " , "]) == 2  # every bench, alike
+        assert "names no backend" in capsys.readouterr().err
     # A vLLM side that cannot start: one line on stderr, exit 2, no traceback.
     assert main(["bench", "--vllm-scheduler", fake_python, "--vllm-kit", str(tmp_path),
                  "--json"]) == 2

@@ -100,13 +100,24 @@ def _against_vllm(args: argparse.Namespace, flag: str, divergence: type[BaseExce
         return 2, None
 
 
+def _backend_names(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The names ``--backends`` lists; ``None`` (after one line on stderr) if it lists none."""
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    if not backends:
+        print("kvpool bench: --backends names no backend", file=sys.stderr)
+        return None
+    return backends
+
+
 def run_vs_vllm(args: argparse.Namespace) -> int:
     from kvpool.bench.vs_vllm import VllmDivergence, VsVllmConfig, run_vs_vllm
 
     kit = _vllm_kit(args, "--vs-vllm")
     if not kit:
         return 2
-    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    backends = _backend_names(args)
+    if backends is None:
+        return 2
     config = VsVllmConfig(python=args.vs_vllm, kit=kit, backends=backends, rounds=args.rounds,
                           micro=not args.no_micro, micro_slices=args.micro_slices,
                           construct=not args.no_construct)
@@ -132,9 +143,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
     kit = _vllm_kit(args, "--vllm-scheduler")
     if not kit:
         return 2
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    if not backends:
-        print("kvpool bench: --backends names no backend", file=sys.stderr)
+    backends = _backend_names(args)
+    if backends is None:
         return 2
     config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
                                   rounds=args.rounds, num_requests=args.requests,
@@ -167,7 +177,9 @@ def run(args: argparse.Namespace) -> int:
         suites = [s for s in SUITES if s != "hashing" or hashing_available()]
     else:
         suites = [args.suite]
-    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    backends = _backend_names(args)
+    if backends is None:
+        return 2
     config = BenchConfig(
         backends=backends, repeat=args.repeat, quick=args.quick, trace=args.trace, seed=args.seed
     )
