@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
@@ -34,8 +35,14 @@ from kvpool.spec.records import (
     StoredRecord,
 )
 
+# The two events a pool builds by the thousand keep the dataclass's fields, equality and
+# immutability, with an __init__ that fills the instance dict in one update: the generated
+# frozen __init__ sets each field through object.__setattr__ (2 µs for BlockStored, more
+# than the rest of a one-block cache write's event). tests/test_events.py checks that each
+# signature is the fields' own, defaults included.
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class BlockStored:
     """Blocks entered the prefix cache (one event per ``cache_full_blocks`` call)."""
 
@@ -56,8 +63,37 @@ class BlockStored:
     lookahead_token_ids: list[list[int]] | None = None
     seq: int = -1
 
+    def __init__(
+        self,
+        block_hashes: list[ExternalBlockHash],
+        parent_block_hash: ExternalBlockHash | None,
+        token_ids: list[int],
+        block_size: int,
+        lora_id: int | None,
+        medium: str | None,
+        lora_name: str | None = None,
+        extra_keys: list[tuple[Any, ...] | None] | None = None,
+        group_idx: int | None = None,
+        kv_cache_spec_kind: str | None = None,
+        kv_cache_spec_sliding_window: int | None = None,
+        locality: str | None = None,
+        ownership: str | None = None,
+        session_id: str | None = None,
+        lookahead_token_ids: list[list[int]] | None = None,
+        seq: int = -1,
+    ) -> None:
+        self.__dict__.update(
+            block_hashes=block_hashes, parent_block_hash=parent_block_hash,
+            token_ids=token_ids, block_size=block_size, lora_id=lora_id, medium=medium,
+            lora_name=lora_name, extra_keys=extra_keys, group_idx=group_idx,
+            kv_cache_spec_kind=kv_cache_spec_kind,
+            kv_cache_spec_sliding_window=kv_cache_spec_sliding_window, locality=locality,
+            ownership=ownership, session_id=session_id,
+            lookahead_token_ids=lookahead_token_ids, seq=seq,
+        )
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class BlockRemoved:
     """One key left the prefix cache (``block_hashes`` always holds exactly one hash)."""
 
@@ -67,6 +103,18 @@ class BlockRemoved:
     locality: str | None = None
     ownership: str | None = None
     seq: int = -1
+
+    def __init__(
+        self,
+        block_hashes: list[ExternalBlockHash],
+        medium: str | None,
+        group_idx: int | None = None,
+        locality: str | None = None,
+        ownership: str | None = None,
+        seq: int = -1,
+    ) -> None:
+        self.__dict__.update(block_hashes=block_hashes, medium=medium, group_idx=group_idx,
+                             locality=locality, ownership=ownership, seq=seq)
 
 
 @dataclass(frozen=True)
@@ -169,6 +217,12 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
     )
 
 
+def _removed(seq: int, key: bytes, ctx: EventContext,
+             removed: Callable[..., Any] = BlockRemoved) -> Any:
+    return removed(block_hashes=[ctx.external_of_key(key)], medium=ctx.medium,
+                   group_idx=key_group(key), seq=seq)
+
+
 def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
                 stored: Callable[..., Any] = BlockStored,
                 removed: Callable[..., Any] = BlockRemoved,
@@ -178,13 +232,7 @@ def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
     The three constructors are kvpool's event classes unless a caller passes others that
     take the same keyword arguments (the vLLM drop-in builds vLLM's own objects)."""
     if isinstance(record, RemovedRecord):  # the common event: one per evicted key
-        key = record.key
-        return removed(
-            block_hashes=[ctx.external_of_key(key)],
-            medium=ctx.medium,
-            group_idx=key_group(key),
-            seq=record.seq,
-        )
+        return _removed(record.seq, record.key, ctx, removed)
     if isinstance(record, ClearedRecord):
         return cleared(seq=record.seq)
     if isinstance(record, StoredRecord):
@@ -192,19 +240,49 @@ def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
     return _partial_stored(record, request, ctx, stored)
 
 
-def _unreportable(request: Any, build: Any) -> KvPoolError | None:
-    """Run ``build()`` (a trial event); its failure as a typed error, or ``None``."""
+def _built_or_error(request: Any, build: Callable[[], Any]) -> tuple[Any, KvPoolError | None]:
+    """``build()`` (an event), or its failure as a typed error."""
     try:
-        build()
+        return build(), None
     except KvPoolError as error:
-        return error
+        return None, error
     except Exception as exc:  # noqa: BLE001 - whatever the request lacks, typed
-        return InvalidArgument(
+        return None, InvalidArgument(
             f"request {getattr(request, 'request_id', request)!r} cannot be reported in a "
             f"BlockStored event: {exc!r} (with events on, a request needs all_token_ids and "
             "well-formed extra-key fields)"
         )
-    return None
+
+
+def _write_record(
+    block_hashes: Sequence[bytes],
+    num_cached: int,
+    num_full: int,
+    block_size: int,
+    group_id: int,
+    hash_block_size: int,
+    seq: int,
+) -> tuple[StoredRecord | None, KvPoolError | None]:
+    """The ``StoredRecord`` of a cache write that keys every position of ``[num_cached,
+    num_full)``, or the error its parent hash gives (the event reports it; it must be
+    ``bytes``)."""
+    ratio = block_size // hash_block_size
+    if num_cached > 0 and not isinstance(block_hashes[num_cached * ratio - 1], bytes):
+        h = block_hashes[num_cached * ratio - 1]
+        return None, InvalidArgument(
+            f"block_hashes[{num_cached * ratio - 1}] (the event's parent hash) is "
+            f"{type(h).__name__}, not bytes"
+        )
+    positions = tuple(range(num_cached, num_full))
+    # Each block's hash is its last hash block's: every ratio-th, from the block's end.
+    if isinstance(block_hashes, (list, tuple)):  # one slice (a decode step keys one block)
+        hashes = tuple(block_hashes[(num_cached + 1) * ratio - 1 : num_full * ratio : ratio])
+    else:  # any other sequence: by index, as the caller's checks read it
+        hashes = tuple(block_hashes[(k + 1) * ratio - 1] for k in positions)
+    if len(hashes) != len(positions):  # the caller checked there are enough
+        raise IndexError(f"{len(block_hashes)} block hashes for positions {positions}")
+    return StoredRecord(seq, group_id, block_size, num_cached, num_full, positions,
+                        hashes), None
 
 
 def stored_rejection(
@@ -224,24 +302,37 @@ def stored_rejection(
     and masked blocks are skipped later), so it checks exactly what event creation reads.
     The call's own arguments must have passed their checks. O(positions + tokens).
     """
-    ratio = block_size // ctx.hash_block_size
-    if num_cached > 0 and not isinstance(block_hashes[num_cached * ratio - 1], bytes):
-        h = block_hashes[num_cached * ratio - 1]
-        return InvalidArgument(
-            f"block_hashes[{num_cached * ratio - 1}] (the event's parent hash) is "
-            f"{type(h).__name__}, not bytes"
-        )
-    positions = tuple(range(num_cached, num_full))
-    trial = StoredRecord(
-        seq=-1,
-        group_id=group_id,
-        block_size=block_size,
-        num_cached=num_cached,
-        num_full=num_full,
-        positions=positions,
-        hashes=tuple(block_hashes[(k + 1) * ratio - 1] for k in positions),
-    )
-    return _unreportable(request, lambda: _stored(trial, request, ctx))
+    trial, error = _write_record(block_hashes, num_cached, num_full, block_size, group_id,
+                                 ctx.hash_block_size, -1)
+    if trial is None:
+        return error
+    return _built_or_error(request, lambda: _stored(trial, request, ctx))[1]
+
+
+def build_stored_before(
+    request: Any,
+    ctx: EventContext,
+    build: EventBuilder,
+    block_hashes: Sequence[bytes],
+    num_cached: int,
+    num_full: int,
+    block_size: int,
+    group_id: int,
+    seq: int,
+) -> tuple[Any, KvPoolError | None]:
+    """The ``BlockStored`` of a cache write that will key *every* position of
+    ``[num_cached, num_full)`` (no null or masked candidate), built by ``build`` before the
+    pool moves, with the sequence number the write will take: ``(event, None)``, or
+    ``(None, error)`` with the error :func:`stored_rejection` would return.
+
+    One build where :func:`stored_rejection`'s trial and the event after the write are two
+    (the trial is this event up to ``seq``); the caller checks that the write's one record
+    has that ``seq``."""
+    record, error = _write_record(block_hashes, num_cached, num_full, block_size, group_id,
+                                  ctx.hash_block_size, seq)
+    if record is None:
+        return None, error
+    return _built_or_error(request, lambda: build(record, request, ctx))
 
 
 def partial_stored_rejection(
@@ -262,7 +353,7 @@ def partial_stored_rejection(
         return None
     trial = PartialStoredRecord(seq=-1, group_id=group_id, num_tokens=num_tokens,
                                 block_hash=block_hash)
-    return _unreportable(request, lambda: _partial_stored(trial, request, ctx))
+    return _built_or_error(request, lambda: _partial_stored(trial, request, ctx))[1]
 
 
 EventBuilder = Callable[[EventRecord, Any, EventContext], Any]
@@ -278,12 +369,41 @@ class EventLog:
 
     def __init__(self, ctx: EventContext, build: EventBuilder | None = None) -> None:
         self.ctx = ctx
-        self.build: EventBuilder = build or materialize
+        self.build = build or materialize
         self._pending: list[Any] = []
 
+    @property
+    def build(self) -> EventBuilder:
+        return self._build
+
+    @build.setter
+    def build(self, build: EventBuilder) -> None:
+        self._build = build
+        # materialize's constructor of removals (its own or a partial's), for the bulk path
+        # of record_removed; None for another builder, which gets the records one by one.
+        self._removed: Callable[..., Any] | None = None
+        if build is materialize:
+            self._removed = BlockRemoved
+        elif isinstance(build, partial) and build.func is materialize and not build.args:
+            self._removed = build.keywords.get("removed", BlockRemoved)
+
     def record(self, records: Iterable[EventRecord], request: Any = None) -> None:
-        build, ctx = self.build, self.ctx
+        build, ctx = self._build, self.ctx
         self._pending.extend([build(r, request, ctx) for r in records])
+
+    def record_removed(self, removed: Sequence[tuple[int, bytes]]) -> None:
+        """Evicted keys as ``(seq, key)``, in order: what :meth:`record` makes of their
+        removal records, without building the records (an eviction burst removes
+        thousands of keys, a decode step one or two)."""
+        make, ctx = self._removed, self.ctx
+        if make is None:
+            self.record([RemovedRecord(seq, key) for seq, key in removed])
+        else:
+            self._pending.extend([_removed(seq, key, ctx, make) for seq, key in removed])
+
+    def append(self, event: Any) -> None:
+        """One event built by :attr:`build` beforehand (:func:`build_stored_before`)."""
+        self._pending.append(event)
 
     def take(self) -> list[KVCacheEvent]:
         events, self._pending = self._pending, []

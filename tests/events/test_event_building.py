@@ -3,6 +3,9 @@ extra keys of requests that carry none."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import random
 
 import pytest
@@ -69,6 +72,82 @@ def test_other_constructors_get_the_same_fields():
     fields = materialize(RemovedRecord(7, key), None, ctx, removed=lambda **kw: kw)
     assert fields == {"block_hashes": [int.from_bytes(b"\x01" * 8, "big")], "medium": "GPU",
                       "group_idx": 3, "seq": 7}
+
+
+@pytest.mark.parametrize("cls", [BlockStored, BlockRemoved])
+def test_the_hand_written_event_constructors_take_exactly_the_fields(cls):
+    # Their __init__ is written out (one dict update, not one object.__setattr__ per field):
+    # it must take the fields in order, with the fields' defaults, and stay frozen.
+    params = list(inspect.signature(cls).parameters.values())
+    fields = dataclasses.fields(cls)
+    assert [p.name for p in params] == [f.name for f in fields]
+    assert [p.default for p in params] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        for f in fields]
+    values = {f.name: (i if f.name != "block_hashes" else [i]) for i, f in enumerate(fields)}
+    event = cls(**values)
+    assert dataclasses.asdict(event) == values
+    assert event == cls(*values.values()) and event != cls(**{**values, "seq": -7})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.seq = 3
+    assert repr(event).startswith(f"{cls.__name__}(block_hashes=[0]")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["partial", "function"])
+def test_evictions_reach_a_partial_of_materialize_and_any_other_builder_alike(backend, kind):
+    # A partial of materialize gets the removals without records (its removed
+    # constructor, in bulk); another builder gets a RemovedRecord each: same events.
+    made = []
+
+    def removed(**fields):
+        made.append(fields)
+        return ("removed", fields)
+
+    pool, _ = evicting_pool(backend)
+    pool.take_events()
+    if kind == "partial":
+        pool.use_event_builder(functools.partial(materialize, removed=removed))
+    else:
+        pool.use_event_builder(lambda record, req, ctx: materialize(record, req, ctx,
+                                                                   removed=removed))
+    pool.get_new_blocks(3)  # evicts the three cached blocks, oldest first
+    events = pool.take_events()
+    assert [e[0] for e in events] == ["removed"] * 3 and len(made) == 3
+    assert [e[1]["seq"] for e in events] == [1, 2, 3]
+    reference, _ = evicting_pool("spec")
+    reference.take_events()
+    reference.get_new_blocks(3)
+    assert [dataclasses.asdict(e) for e in reference.take_events()] == [
+        {**fields, "locality": None, "ownership": None} for _, fields in events]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_one_block_write_reports_the_event_its_builder_makes_once(backend):
+    # The fast pool builds a write's BlockStored once, before the write, with the sequence
+    # number the write takes; every backend reports the same event, built one time.
+    calls = []
+
+    def build(record, req, ctx):
+        calls.append(record)
+        return materialize(record, req, ctx)
+
+    pools = []
+    for name in ("spec", backend):
+        pool = make_pool(8, backend=name, hash_block_size=4, enable_kv_cache_events=True)
+        r = request("w", list(range(16)))
+        ids = pool.get_new_blocks(3)
+        pool.cache_full_blocks(r, ids, 0, 1, 4, 0)
+        pool.take_events()
+        pool.use_event_builder(build)
+        calls.clear()
+        pool.cache_full_blocks(r, ids, 1, 2, 4, 0)
+        pool.cache_full_blocks(r, ids, 2, 3, 4, 0)
+        assert [c.seq for c in calls] == [1, 2]  # one build per write, numbered
+        pools.append(pool.take_events())
+    assert pools[0] == pools[1]
+    assert [(e.seq, e.parent_block_hash is not None, e.token_ids) for e in pools[1]] == [
+        (1, True, [4, 5, 6, 7]), (2, True, [8, 9, 10, 11])]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -39,6 +39,7 @@ from kvpool.errors import (
     NoFreeBlocks,
     NullBlockMisuse,
 )
+from kvpool.events import build_stored_before
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.fast.state import FastState
@@ -184,6 +185,24 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         # Not a KvPoolError on purpose: a code the shell does not expect is a kvpool bug.
         return RuntimeError(f"fast pool kernel refused with unexpected code {code}")
 
+    def _append_prebuilt(self, event: Any, seq: int) -> None:
+        """Queue a cache write's event built before it ran (with ``seq``), once its one
+        record is drained and found to be that event's: a ``BlockStored`` numbered ``seq``."""
+        rows = self._st.drain_events()
+        if len(rows) != 1 or rows[0][0] != k.EV_STORED or rows[0][2] != seq:
+            raise RuntimeError(f"fast pool: a cache write recorded {rows!r}, not the one "
+                               f"BlockStored built for it (a kvpool bug)")
+        self._events.append(event)
+
+    def _record_evictions(self) -> None:
+        """Queue the events of an allocation: its evictions' removals, in order (the
+        allocation records nothing else)."""
+        removed = [(seq, key) for kind, _, seq, key in self._st.drain_events()]
+        if any(key is None for _, key in removed):  # only removals carry a key
+            raise RuntimeError(f"fast pool: an allocation recorded more than removals: "
+                               f"{removed!r} (a kvpool bug)")
+        self._events.record_removed(removed)  # type: ignore[arg-type]
+
     def _records(self, stored: Any = None, partial: Any = None) -> tuple[EventRecord, ...]:
         out: list[EventRecord] = []
         for kind, _payload, seq, key in self._st.drain_events():
@@ -222,7 +241,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 if code:
                     raise self._internal(code)
                 if self.enable_kv_cache_events:
-                    self._events.record(self._records())
+                    self._record_evictions()
                 return self._out[:num_blocks].tolist()
         return super().get_new_blocks(num_blocks)
 
@@ -330,9 +349,18 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             else:  # a hash that is not bytes: the shell's checks say which, in spec order
                 return super().cache_full_blocks(request, blocks, num_cached_blocks,
                                                  num_full_blocks, block_size, kv_cache_group_id)
+            event = None
             if self.enable_kv_cache_events:
-                self.check_reportable(request, hashes, len(blocks), num_cached, num_full,
-                                      block_size, kv_cache_group_id, None)
+                if NULL_BLOCK_ID in values:  # the event skips null blocks: built after
+                    self.check_reportable(request, hashes, len(blocks), num_cached, num_full,
+                                          block_size, kv_cache_group_id, None)
+                else:  # every position is keyed: the event is built once, beforehand
+                    seq = self._meta.item(k.M_EVENT_COUNT)
+                    event, error = build_stored_before(
+                        request, self._events.ctx, self._events.build, hashes, num_cached,
+                        num_full, block_size, kv_cache_group_id, seq)
+                    if error is not None:
+                        raise error
             if len(values) == 1 and -(2**63) <= values[0] < 2**63:
                 cand = self._cand1  # one block fills per decode step: skip building an array
                 cand[0] = values[0]
@@ -352,7 +380,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                                            kv_cache_group_id, max_len)
             if code:
                 raise self._candidate_error(code, values, num_cached, block_size)
-            if self.enable_kv_cache_events:
+            if event is not None:
+                self._append_prebuilt(event, seq)
+            elif self.enable_kv_cache_events:
                 self._events.record(
                     self._records(stored=self._stored(selected, values, None, num_cached,
                                                       num_full, block_size, kv_cache_group_id)),
