@@ -391,6 +391,20 @@ class EventLog:
         build, ctx = self._build, self.ctx
         self._pending.extend([build(r, request, ctx) for r in records])
 
+    @property
+    def builds_removals_in_bulk(self) -> bool:
+        """Whether :meth:`record_removals` may be used (the builder is materialize's)."""
+        return self._removed is not None
+
+    def record_removals(self, seqs: Sequence[int], hashes: Sequence[ExternalBlockHash],
+                        groups: Sequence[int]) -> None:
+        """An eviction burst read in bulk (external hashes and group ids already taken
+        from the keys): the events :func:`materialize` builds of its removal records."""
+        make, medium = self._removed, self.ctx.medium
+        assert make is not None, "record_removals needs materialize's builder"
+        self._pending.extend([make(block_hashes=[h], medium=medium, group_idx=g, seq=seq)
+                              for seq, h, g in zip(seqs, hashes, groups, strict=True)])
+
     def record_removed(self, removed: Sequence[tuple[int, bytes]]) -> None:
         """Evicted keys as ``(seq, key)``, in order: what :meth:`record` makes of their
         removal records, without building the records (an eviction burst removes

@@ -219,3 +219,63 @@ def test_a_token_range_that_is_not_one_is_invalid_argument(start, end):
         with pytest.raises(InvalidArgument, match="token range"):
             call()
     assert (r.prompt_token_ids, r.output_token_ids, list(r.block_hashes)) == before
+
+
+def _burst(backend: str, use_int: bool, hash_len: int, build=None):
+    """Twelve cached blocks of group 3 evicted by one allocation: the events it reports."""
+    pool = make_pool(16, backend=backend, hash_block_size=4, enable_kv_cache_events=True,
+                     use_int_block_hashes=use_int)
+    r = request("burst", list(range(48)))
+    if hash_len != 32:  # a hasher of another width: the request's hashes cut short
+        r.block_hashes = [h[:hash_len] for h in r.block_hashes]
+    ids = pool.get_new_blocks(12)
+    pool.cache_full_blocks(r, ids, 0, 12, 4, 3)
+    pool.free_blocks(ids[::-1])
+    pool.take_events()
+    if build is not None:
+        pool.use_event_builder(build)
+    pool.get_new_blocks(15)  # the three never used, then the twelve cached: evicted
+    return pool.take_events()
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+@pytest.mark.parametrize("use_int", [True, False])
+@pytest.mark.parametrize("hash_len", [32, 6])
+def test_an_eviction_burst_reports_what_the_spec_reports(backend, use_int, hash_len,
+                                                        monkeypatch):
+    # The fast pool reads a burst's hashes and groups from the key rows in bulk (hashes of
+    # at least 8 bytes) and key by key otherwise: the same events either way.
+    from kvpool.fast.state import FastState
+
+    bulk = []
+    drain = FastState.drain_removals
+    monkeypatch.setattr(FastState, "drain_removals",
+                        lambda st, use: bulk.append(drain(st, use)) or bulk[-1])
+    expected = _burst("spec", use_int, hash_len)
+    assert len(expected) == 12 and {e.group_idx for e in expected} == {3}
+    assert _burst(backend, use_int, hash_len) == expected
+    fields = _burst(backend, use_int, hash_len,
+                    functools.partial(materialize, removed=lambda **kw: kw))
+    assert fields == [{k: v for k, v in dataclasses.asdict(e).items()
+                       if k not in ("locality", "ownership")} for e in expected]
+    if backend == "fast":  # the bulk read ran, and answered for 8-byte hashes and longer
+        assert [b is not None for b in bulk] == [hash_len >= 8] * 2
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_write_that_rekeys_its_block_reports_the_removal_first(backend):
+    # A table naming one block twice, under equal hashes: writing position 1 re-keys the
+    # block position 0 keyed, so the write records a removal before its BlockStored. The
+    # fast pool's event built before the write has the wrong number then and is rebuilt.
+    reports = []
+    for name in ("spec", backend):
+        pool = make_pool(4, backend=name, hash_block_size=2, enable_kv_cache_events=True)
+        r = request("twice", [0, 1, 0, 1, 5])
+        r.block_hashes = [r.block_hashes[0]] * 2
+        (b,) = pool.get_new_blocks(1)
+        pool.cache_full_blocks(r, [b, b], 0, 1, 2, 0)
+        pool.cache_full_blocks(r, [b, b], 1, 2, 2, 0)
+        reports.append(pool.take_events())
+    assert reports[1] == reports[0]
+    assert [type(e) for e in reports[0]] == [BlockStored, BlockRemoved, BlockStored]
+    assert [e.seq for e in reports[0]] == [0, 1, 2]

@@ -185,27 +185,36 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         # Not a KvPoolError on purpose: a code the shell does not expect is a kvpool bug.
         return RuntimeError(f"fast pool kernel refused with unexpected code {code}")
 
-    def _append_prebuilt(self, event: Any, seq: int) -> None:
-        """Queue a cache write's event built before it ran (with ``seq``), once its one
-        record is drained and found to be that event's: a ``BlockStored`` numbered ``seq``."""
+    def _append_prebuilt(self, event: Any, seq: int, request: Any, stored: Any) -> None:
+        """Queue a cache write's event built before it ran, numbered ``seq``, when the write
+        recorded just that: one ``BlockStored`` numbered ``seq``. A write that first dropped
+        its block's old key records a removal too; then its events are built from the
+        records (``stored``: the write's record factory), as for any other write."""
         rows = self._st.drain_events()
-        if len(rows) != 1 or rows[0][0] != k.EV_STORED or rows[0][2] != seq:
-            raise RuntimeError(f"fast pool: a cache write recorded {rows!r}, not the one "
-                               f"BlockStored built for it (a kvpool bug)")
-        self._events.append(event)
+        if len(rows) == 1 and rows[0][0] == k.EV_STORED and rows[0][2] == seq:
+            self._events.append(event)
+        else:
+            self._events.record(self._records(stored=stored, rows=rows), request)
 
     def _record_evictions(self) -> None:
         """Queue the events of an allocation: its evictions' removals, in order (the
-        allocation records nothing else)."""
+        allocation records nothing else). A burst is read from the key rows in bulk."""
+        events = self._events
+        if events.builds_removals_in_bulk and self._meta.item(k.M_EV_LEN) > 8:
+            burst = self._st.drain_removals(events.ctx.use_int_block_hashes)
+            if burst is not None:
+                events.record_removals(*burst)
+                return
         removed = [(seq, key) for kind, _, seq, key in self._st.drain_events()]
         if any(key is None for _, key in removed):  # only removals carry a key
             raise RuntimeError(f"fast pool: an allocation recorded more than removals: "
                                f"{removed!r} (a kvpool bug)")
         self._events.record_removed(removed)  # type: ignore[arg-type]
 
-    def _records(self, stored: Any = None, partial: Any = None) -> tuple[EventRecord, ...]:
+    def _records(self, stored: Any = None, partial: Any = None,
+                 rows: Any = None) -> tuple[EventRecord, ...]:
         out: list[EventRecord] = []
-        for kind, _payload, seq, key in self._st.drain_events():
+        for kind, _payload, seq, key in self._st.drain_events() if rows is None else rows:
             if kind == k.EV_REMOVED:
                 assert key is not None  # drain_events reads the key of every removal
                 out.append(RemovedRecord(seq, key))
@@ -380,14 +389,13 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                                            kv_cache_group_id, max_len)
             if code:
                 raise self._candidate_error(code, values, num_cached, block_size)
-            if event is not None:
-                self._append_prebuilt(event, seq)
-            elif self.enable_kv_cache_events:
-                self._events.record(
-                    self._records(stored=self._stored(selected, values, None, num_cached,
-                                                      num_full, block_size, kv_cache_group_id)),
-                    request,
-                )
+            if self.enable_kv_cache_events:
+                stored = self._stored(selected, values, None, num_cached, num_full,
+                                      block_size, kv_cache_group_id)
+                if event is not None:
+                    self._append_prebuilt(event, seq, request, stored)
+                else:
+                    self._events.record(self._records(stored=stored), request)
             return None
         return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                          block_size, kv_cache_group_id, block_mask)

@@ -27,6 +27,7 @@ import numpy as np
 from kvpool.errors import InvalidConfig
 from kvpool.fast import kernels as k
 from kvpool.fast.compiled import kernel_set, pool_arrays_class
+from kvpool.keys import GROUP_ID_BYTES
 from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
@@ -440,6 +441,36 @@ class FastState:
             out.append((kind, payload, seq, next_key() if kind == k.EV_REMOVED else None))
         self.kernels.release_removed_keys(self.keys, self.meta, self.events)
         return out
+
+    def drain_removals(self, use_int: bool) -> tuple[list[int], list[Any], list[int]] | None:
+        """An eviction burst's records read in bulk: ``(seqs, external hashes, group ids)``
+        when every record of the last call is a removal of a key of one length (hash at
+        least 8 bytes), then the key rows freed as :meth:`drain_events` frees them;
+        ``None``, nothing drained, otherwise. The hashes are what
+        :meth:`~kvpool.events.EventContext.external_of_key` gives, sliced from the key rows
+        as one array (``use_int``: the hash's last 8 bytes, big-endian)."""
+        count = self.meta.item(k.M_EV_LEN)
+        rows = self.events[:count]
+        if not count or (rows[:, k.EV_KIND] != k.EV_REMOVED).any():
+            return None
+        kids = rows[:, k.EV_PAYLOAD]
+        lengths = self.keys[kids, k.K_LEN]
+        width = int(lengths[0])
+        if width < GROUP_ID_BYTES + 8 or (lengths != width).any():
+            return None
+        rows_bytes = self.key_bytes[kids, :width]
+        groups = rows_bytes[:, width - GROUP_ID_BYTES :].copy().view(">u4").ravel().tolist()
+        if use_int:
+            hash_end = width - GROUP_ID_BYTES
+            hashes: list[Any] = rows_bytes[:, hash_end - 8 : hash_end].copy().view(
+                ">u8").ravel().tolist()
+        else:
+            n = width - GROUP_ID_BYTES
+            blob = rows_bytes[:, :n].tobytes()
+            hashes = [blob[i : i + n] for i in range(0, len(blob), n)]
+        seqs = rows[:, k.EV_SEQ].tolist()
+        self.kernels.release_removed_keys(self.keys, self.meta, self.events)
+        return seqs, hashes, groups
 
     def next_event_seq(self) -> int:
         """Take the next event sequence number (for events built without a kernel)."""
