@@ -205,11 +205,13 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             if burst is not None:
                 events.record_removals(*burst)
                 return
-        removed = [(seq, key) for kind, _, seq, key in self._st.drain_events()]
-        if any(key is None for _, key in removed):  # only removals carry a key
-            raise RuntimeError(f"fast pool: an allocation recorded more than removals: "
-                               f"{removed!r} (a kvpool bug)")
-        self._events.record_removed(removed)  # type: ignore[arg-type]
+        removed: list[tuple[int, bytes]] = []
+        for kind, _, seq, key in self._st.drain_events():
+            if key is None:  # only removals carry a key
+                raise RuntimeError(f"fast pool: an allocation recorded a record of kind "
+                                   f"{kind} beside its removals (a kvpool bug)")
+            removed.append((seq, key))
+        self._events.record_removed(removed)
 
     def _records(self, stored: Any = None, partial: Any = None,
                  rows: Any = None) -> tuple[EventRecord, ...]:

@@ -419,26 +419,38 @@ class FastState:
     def drain_events(self) -> list[tuple[int, int, int, bytes | None]]:
         """``(kind, payload, seq, removed key bytes)`` per record of the last call, then free
         the key rows those records kept readable."""
-        count = int(self.meta[k.M_EV_LEN])
+        count = self.meta.item(k.M_EV_LEN)
         if not count:
             return []
+        if count <= 8:  # a decode step's record or two: element reads beat array slices
+            return self._drain_few(count)
         rows = self.events[:count].tolist()
         # The removed keys' rows in one gather (an eviction burst removes thousands), cut
         # into bytes in Python: numpy scalar reads per key cost more than the copy.
         removed = [payload for kind, payload, _ in rows if kind == k.EV_REMOVED]
         keys: list[bytes] = []
-        if len(removed) > 8:
+        if removed:
             lengths = self.keys[removed, k.K_LEN].tolist()
             width = self.key_bytes.shape[1]
             blob = self.key_bytes[removed].tobytes()
             keys = [blob[i * width : i * width + n] for i, n in enumerate(lengths)]
-        elif removed:  # a decode step's eviction or two: a fancy gather costs ~1.5 µs each
-            key_len, key_bytes = self.keys.item, self.key_bytes
-            keys = [key_bytes[r, : key_len(r, k.K_LEN)].tobytes() for r in removed]
         out: list[tuple[int, int, int, bytes | None]] = []
         next_key = iter(keys).__next__
         for kind, payload, seq in rows:
             out.append((kind, payload, seq, next_key() if kind == k.EV_REMOVED else None))
+        self.kernels.release_removed_keys(self.keys, self.meta, self.events)
+        return out
+
+    def _drain_few(self, count: int) -> list[tuple[int, int, int, bytes | None]]:
+        """:meth:`drain_events` of a few records, read element by element."""
+        row, key_len, key_bytes = self.events.item, self.keys.item, self.key_bytes
+        out: list[tuple[int, int, int, bytes | None]] = []
+        for r in range(count):
+            kind, payload = row(r, k.EV_KIND), row(r, k.EV_PAYLOAD)
+            key = None
+            if kind == k.EV_REMOVED:
+                key = key_bytes[payload, : key_len(payload, k.K_LEN)].tobytes()
+            out.append((kind, payload, row(r, k.EV_SEQ), key))
         self.kernels.release_removed_keys(self.keys, self.meta, self.events)
         return out
 
