@@ -293,20 +293,24 @@ def stored_rejection(
     num_full: int,
     block_size: int,
     group_id: int,
+    build: EventBuilder | None = None,
 ) -> KvPoolError | None:
     """The error building the ``BlockStored`` of a cache write of positions
     ``[num_cached, num_full)`` would raise, or ``None`` — found *before* the pool moves, so
     that no key is stored and no sequence number taken for an event that cannot exist.
 
     It builds that very event for every position (a superset of those the write keys: null
-    and masked blocks are skipped later), so it checks exactly what event creation reads.
-    The call's own arguments must have passed their checks. O(positions + tokens).
+    and masked blocks are skipped later), with the pool's builder ``build`` (kvpool's
+    :func:`materialize` if ``None``) and ``seq`` -1, so it checks exactly what event
+    creation will run. The call's own arguments must have passed their checks.
+    O(positions + tokens).
     """
     trial, error = _write_record(block_hashes, num_cached, num_full, block_size, group_id,
                                  ctx.hash_block_size, -1)
     if trial is None:
         return error
-    return _built_or_error(request, lambda: _stored(trial, request, ctx))[1]
+    make = build or materialize
+    return _built_or_error(request, lambda: make(trial, request, ctx))[1]
 
 
 def build_stored_before(
@@ -337,7 +341,7 @@ def build_stored_before(
 
 def partial_stored_rejection(
     request: Any, ctx: EventContext, block_hashes: Sequence[bytes], num_tokens: object,
-    group_id: object,
+    group_id: object, build: EventBuilder | None = None,
 ) -> KvPoolError | None:
     """:func:`stored_rejection` for ``cache_partial_block`` (its arguments unchecked: an
     invalid call is left for the core to reject, in the spec's order)."""
@@ -353,7 +357,8 @@ def partial_stored_rejection(
         return None
     trial = PartialStoredRecord(seq=-1, group_id=group_id, num_tokens=num_tokens,
                                 block_hash=block_hash)
-    return _built_or_error(request, lambda: _partial_stored(trial, request, ctx))[1]
+    make = build or materialize
+    return _built_or_error(request, lambda: make(trial, request, ctx))[1]
 
 
 EventBuilder = Callable[[EventRecord, Any, EventContext], Any]

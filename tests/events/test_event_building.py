@@ -143,7 +143,9 @@ def test_a_one_block_write_reports_the_event_its_builder_makes_once(backend):
         calls.clear()
         pool.cache_full_blocks(r, ids, 1, 2, 4, 0)
         pool.cache_full_blocks(r, ids, 2, 3, 4, 0)
-        assert [c.seq for c in calls] == [1, 2]  # one build per write, numbered
+        # The fast pool builds each write's event once, numbered; the others build a trial
+        # (seq -1: can the event be built?) before the write and the event after it.
+        assert [c.seq for c in calls] == ([1, 2] if name == "fast" else [-1, 1, -1, 2])
         pools.append(pool.take_events())
     assert pools[0] == pools[1]
     assert [(e.seq, e.parent_block_hash is not None, e.token_ids) for e in pools[1]] == [
@@ -279,3 +281,33 @@ def test_a_write_that_rekeys_its_block_reports_the_removal_first(backend):
     assert reports[1] == reports[0]
     assert [type(e) for e in reports[0]] == [BlockStored, BlockRemoved, BlockStored]
     assert [e.seq for e in reports[0]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_builder_that_raises_refuses_the_write_before_the_pool_moves(backend):
+    # The builder runs before the write on every backend (the fast pool's one build, the
+    # others' trial), so its failure refuses the write: no key, no sequence number taken.
+    from kvpool import batch
+
+    def build(record, req, ctx):
+        if isinstance(record, StoredRecord):
+            raise ValueError("this sink takes no BlockStored")
+        return materialize(record, req, ctx)
+
+    pool = make_pool(8, backend=backend, hash_block_size=4, enable_kv_cache_events=True)
+    r = request("b", list(range(16)))
+    ids = pool.get_new_blocks(3)
+    pool.take_events()
+    pool.use_event_builder(build)
+    before = pool.abstract()
+    for call in (lambda: pool.cache_full_blocks(r, ids, 0, 2, 4, 0),
+                 lambda: pool.cache_full_blocks(r, ids, 1, 2, 4, 0),
+                 lambda: batch.step(pool, [(r, ids, 0, 2)], 0, [], 4, 0),
+                 lambda: getattr(pool, "step", lambda *a: batch.step(pool, *a))(
+                     [(r, ids, 0, 3)], 1, [], 4, 0)):
+        with pytest.raises(InvalidArgument, match="ValueError"):
+            call()
+        assert pool.abstract() == before
+    pool.use_event_builder(None)
+    pool.cache_full_blocks(r, ids, 0, 3, 4, 0)
+    assert [e.seq for e in pool.take_events()] == [0]  # no number was taken before

@@ -313,7 +313,7 @@ def write_rejection(
     error = pre.bad_block_hashes(hashes, num_cached, num_full, ratio)
     if error is None and getattr(pool, "enable_kv_cache_events", False):
         error = stored_rejection(request, pool.event_context, hashes, num_cached, num_full,
-                                 block_size, group_id)
+                                 block_size, group_id, getattr(pool, "event_builder", None))
     return error
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvpool.errors import CachingDisabled, InvalidArgument, KvPoolError
-from kvpool.events import EventContext, stored_rejection
+from kvpool.events import EventBuilder, EventContext, stored_rejection
 from kvpool.shell.dims import hbs_dims
 from kvpool.spec import preconditions as pre
 
@@ -90,10 +90,11 @@ def hashes_rejection(enable_caching: bool, hash_block_size: int, hashes: Sequenc
 def reportable_rejection(ctx: EventContext, request: Any, enable_caching: bool,
                          hash_block_size: int, hashes: Sequence[object], table_len: int,
                          num_cached: object, num_full: object, block_size: object,
-                         group_id: object, mask: Sequence[bool] | None) -> KvPoolError | None:
-    """The error building the write's ``BlockStored`` would hit (a request without token ids,
-    a LoRA without a name, ...), once the arguments and the hashes pass: it adds errors and
-    never reorders the spec's."""
+                         group_id: object, mask: Sequence[bool] | None,
+                         build: EventBuilder | None = None) -> KvPoolError | None:
+    """The error building the write's ``BlockStored`` (with the pool's ``build``) would hit
+    (a request without token ids, a LoRA without a name, ...), once the arguments and the
+    hashes pass: it adds errors and never reorders the spec's."""
     ratio = cache_write_ratio(enable_caching, hash_block_size, hashes, table_len, num_cached,
                               num_full, block_size, group_id, mask)
     if ratio is None:
@@ -101,4 +102,4 @@ def reportable_rejection(ctx: EventContext, request: Any, enable_caching: bool,
     if pre.bad_block_hashes(hashes, num_cached, num_full, ratio) is not None:  # type: ignore[arg-type]
         return None
     return stored_rejection(request, ctx, hashes, num_cached, num_full,  # type: ignore[arg-type]
-                            block_size, group_id)  # type: ignore[arg-type]
+                            block_size, group_id, build)  # type: ignore[arg-type]

@@ -231,7 +231,7 @@ class PoolShell(PoolCore, CallbackDelivery):
         error, if any, before the pool moves."""
         error = reportable_rejection(self._events.ctx, request, self.enable_caching,
                                      self.hash_block_size, hashes, table_len, num_cached,
-                                     num_full, block_size, group_id, mask)
+                                     num_full, block_size, group_id, mask, self._events.build)
         if error is not None:
             raise error
 
@@ -287,7 +287,7 @@ class PoolShell(PoolCore, CallbackDelivery):
                 raise error
         if self.enable_kv_cache_events:
             error = partial_stored_rejection(request, self._events.ctx, hashes, num_tokens,
-                                             group_id)
+                                             group_id, self._events.build)
             if error is not None:
                 raise error
         key, records = self._core_cache_partial_block(
@@ -342,7 +342,7 @@ class PoolShell(PoolCore, CallbackDelivery):
                 ratio = block_size // self.hash_block_size
                 error = pre.bad_block_hashes(hashes, 0, num_cached_blocks, ratio) or (
                     stored_rejection(request, self._events.ctx, hashes, 0, num_cached_blocks,
-                                     block_size, group_id)
+                                     block_size, group_id, self._events.build)
                 )
                 if error is not None:
                     raise error
@@ -373,11 +373,22 @@ class PoolShell(PoolCore, CallbackDelivery):
         """The settings events are built with (medium, hbs, int hashes); see ``replay``."""
         return self._events.ctx
 
+    @property
+    def event_builder(self) -> EventBuilder:
+        """What builds this pool's events (:meth:`use_event_builder`)."""
+        return self._events.build
+
     def use_event_builder(self, build: EventBuilder | None) -> None:
         """Build this pool's events with ``build(record, request, ctx)`` from now on
         (``None``: kvpool's own, :func:`kvpool.events.materialize`). For an owner that hands
         the events to code expecting other classes — the vLLM drop-in builds vLLM's event
-        objects directly, not kvpool's and then a copy. Pending events are kept as built."""
+        objects directly, not kvpool's and then a copy. Pending events are kept as built.
+
+        ``build`` must only build (publish from :meth:`take_events`): the fast pool builds a
+        cache write's ``BlockStored`` before the write, so a write that is then refused (an
+        invalid block, say) has had its event built and dropped; an exception from ``build``
+        there refuses the write with :class:`~kvpool.errors.InvalidArgument`, before the
+        pool moves."""
         if build is not None and not callable(build):
             raise InvalidArgument(f"an event builder must be callable, got {build!r}")
         self._events.build = build or materialize
