@@ -190,11 +190,10 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         recorded just that: one ``BlockStored`` numbered ``seq``. A write that first dropped
         its block's old key records a removal too; then its events are built from the
         records (``stored``: the write's record factory), as for any other write."""
-        rows = self._st.drain_events()
-        if len(rows) == 1 and rows[0][0] == k.EV_STORED and rows[0][2] == seq:
+        if self._st.take_stored(seq):
             self._events.append(event)
         else:
-            self._events.record(self._records(stored=stored, rows=rows), request)
+            self._events.record(self._records(stored=stored), request)
 
     def _record_evictions(self) -> None:
         """Queue the events of an allocation: its evictions' removals, in order (the
@@ -213,10 +212,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             removed.append((seq, key))
         self._events.record_removed(removed)
 
-    def _records(self, stored: Any = None, partial: Any = None,
-                 rows: Any = None) -> tuple[EventRecord, ...]:
+    def _records(self, stored: Any = None, partial: Any = None) -> tuple[EventRecord, ...]:
         out: list[EventRecord] = []
-        for kind, _payload, seq, key in self._st.drain_events() if rows is None else rows:
+        for kind, _payload, seq, key in self._st.drain_events():
             if kind == k.EV_REMOVED:
                 assert key is not None  # drain_events reads the key of every removal
                 out.append(RemovedRecord(seq, key))

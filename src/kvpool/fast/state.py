@@ -441,6 +441,16 @@ class FastState:
         self.kernels.release_removed_keys(self.keys, self.meta, self.events)
         return out
 
+    def take_stored(self, seq: int) -> bool:
+        """Drain the last call's records if they are exactly one ``BlockStored`` numbered
+        ``seq`` (a cache write that only keyed; it kept no key row to free); ``False``,
+        nothing drained, otherwise."""
+        if (self.meta.item(k.M_EV_LEN) == 1 and self.events.item(0, k.EV_KIND) == k.EV_STORED
+                and self.events.item(0, k.EV_SEQ) == seq):
+            self.meta[k.M_EV_LEN] = 0
+            return True
+        return False
+
     def _drain_few(self, count: int) -> list[tuple[int, int, int, bytes | None]]:
         """:meth:`drain_events` of a few records, read element by element."""
         row, key_len, key_bytes = self.events.item, self.keys.item, self.key_bytes
