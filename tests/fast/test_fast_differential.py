@@ -139,6 +139,23 @@ class FastAgreesWithSpec(RuleBasedStateMachine):
     def emitted_events_take_the_next_sequence_number(self, request, num, bs, group):
         self._call("emit_cached_block_events", request, num, bs, group)
 
+    @rule(group=GROUPS, width=st.sampled_from([32, 32, 16]))
+    def an_allocation_evicts_a_burst_of_keys(self, group, width):
+        # Key as many blocks as are free, one fresh hash of one width each, free them and
+        # allocate them all again: one allocation evicts every key (more than 8 of them,
+        # in a pool of 10 blocks or more: the fast pool reads such a burst in bulk).
+        k = len(self.twin.state.free_queue)
+        self.bursts = getattr(self, "bursts", 0) + 1
+        request = Request("burst", list(range(k * HBS + 1)))
+        request.block_hashes.extend(block_hash(f"burst{self.bursts}.{i}", width)
+                                    for i in range(k))
+        blocks = self._call("get_new_blocks", k)
+        if blocks is None:
+            return
+        self._call("cache_full_blocks", request, blocks, 0, len(blocks), HBS, group)
+        self._call("free_blocks", blocks[::-1])
+        self._call("get_new_blocks", len(blocks))
+
     @rule()
     def events_are_handed_over_once(self):
         self._call("take_events")
