@@ -85,3 +85,69 @@ def test_kv_events_reach_both_sides_and_the_title(monkeypatch, tmp_path, capsys)
     assert main(["bench", "--vllm-scheduler", "py", "--rounds", "1"]) == 0
     assert seen["config"].kv_events is False
     assert "KV events off" in capsys.readouterr().out
+
+
+def test_the_manager_clock_counts_outermost_calls_per_method() -> None:
+    from kvpool.vllm.scheduler_run import _ManagerClock
+
+    class Manager:
+        def free(self, request):
+            return self.get_blocks(request)  # an inner call: counted in free only
+
+        def get_blocks(self, request_id):
+            return [request_id]
+
+    plain, by_method = Manager(), Manager()
+    _ManagerClock(plain)
+    clock = _ManagerClock(by_method, by_method=True)
+    for manager in (plain, by_method):
+        assert manager.free("r") == ["r"] and manager.get_blocks("s") == ["s"]
+        manager.free("t")
+    assert clock.calls == 3 and clock.seconds > 0
+    assert {name: calls for name, (_, calls) in clock.by_method.items()} == {
+        "free": 2, "get_blocks": 1}
+    assert sum(seconds for seconds, _ in clock.by_method.values()) == pytest.approx(
+        clock.seconds)
+
+
+def method_run(scheduler: float, manager: float, free_s: float, calls: int = 10) -> dict:
+    return {**run(scheduler, manager),
+            "manager_by_method": {"free": {"cpu_s": free_s, "calls": calls},
+                                  "allocate_slots": {"cpu_s": manager - free_s, "calls": 90}}}
+
+
+def test_by_method_takes_medians_per_method_and_reaches_the_cli(monkeypatch, tmp_path,
+                                                                capsys) -> None:
+    from kvpool.cli import bench as cli_bench
+    from kvpool.cli import main
+
+    config = vs.SchedulerBenchConfig(python="py", kit="kit", rounds=3, by_method=True)
+    runs = {"vllm": [method_run(2.0, 1.0, 0.2), method_run(2.0, 1.0, 0.4),
+                     method_run(2.0, 1.0, 0.3)],
+            "kvpool": [method_run(1.0, 0.5, 0.1), method_run(1.0, 0.5, 0.05),
+                       method_run(1.0, 0.5, 0.5)]}
+    result = vs._summary(config, runs, install_s=0.5, first=run(1, 1))
+    free = result["by_method"]["free"]
+    assert free["vllm_cpu_s"] == pytest.approx(0.3) and free["kvpool_cpu_s"] == pytest.approx(0.1)
+    assert free["vllm_us_per_call"] == pytest.approx(3e4) and free["kvpool_calls"] == 10
+    rows = vs.render_method_rows(result)
+    assert [r[0] for r in rows] == ["allocate_slots", "free"]  # costliest on vLLM first
+    assert rows[1][-1] == "3.00x"
+    assert "by_method" not in vs._summary(vs.SchedulerBenchConfig(python="py", kit="kit"),
+                                          runs, install_s=0.5, first=run(1, 1))
+
+    seen = {}
+
+    def fake_bench(config, log):
+        seen["config"] = config
+        return vs._summary(config, runs, install_s=0.5, first=run(1, 1))
+
+    monkeypatch.setattr(vs, "run_vllm_scheduler_bench", fake_bench)
+    monkeypatch.setattr(cli_bench, "_vllm_kit", lambda args, flag: str(tmp_path))
+    assert main(["bench", "--vllm-scheduler", "py", "--by-method", "--rounds", "3"]) == 0
+    assert seen["config"].by_method is True
+    out = capsys.readouterr().out
+    assert "per public method" in out and "allocate_slots" in out
+    assert main(["bench", "--vllm-scheduler", "py", "--rounds", "3"]) == 0
+    assert seen["config"].by_method is False
+    assert "per public method" not in capsys.readouterr().out

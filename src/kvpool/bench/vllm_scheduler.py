@@ -44,6 +44,9 @@ class SchedulerBenchConfig:
     num_requests: int | None = None
     num_blocks: int = 20_000
     kv_events: bool = False
+    by_method: bool = False
+    """Also time the manager per public method (on both sides; each call then updates a
+    dict, so the whole-trace figures of such a run read a little closer to 1)."""
 
 
 class _Side(JsonLineProcess):
@@ -71,7 +74,8 @@ def run_vllm_scheduler_bench(config: SchedulerBenchConfig,
     """Both sides, warmed up, then ``rounds`` alternating timed runs (module docstring)."""
     workload = {"kit": config.kit, "num_requests": config.num_requests}
     setup = {"num_blocks": config.num_blocks, "kv_events": config.kv_events}
-    base = {"setup": setup, "workload": workload, "timing": True}
+    base = {"setup": setup, "workload": workload, "timing": True,
+            "by_method": config.by_method}
     log("starting vLLM (two processes)")
     stock, ours = _Side(config.python, config.kit), _Side(config.python, config.kit)
     try:
@@ -113,6 +117,7 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
                        "runs_scheduler_cpu_s": [r["scheduler_cpu_s"] for r in rs],
                        "runs_manager_cpu_s": [r["manager_cpu_s"] for r in rs]}
     v, k = sides["vllm"], sides["kvpool"]
+    by_method = _by_method(runs) if config.by_method else None
     return {
         "workload": {"requests": config.num_requests or 2000, "steps": steps,
                      "num_blocks": config.num_blocks, "kv_events": config.kv_events},
@@ -122,7 +127,39 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
                    "scheduler": v["scheduler_cpu_s"] / k["scheduler_cpu_s"]},
         "targets": {"manager": 5.0, "scheduler": 1.6, "first_step_s": 1.0},
         "start": {"install_s": install_s, "first_step_cpu_s": first["first_step_cpu_s"]},
+        **({"by_method": by_method} if by_method is not None else {}),
     }
+
+
+def _by_method(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per manager method: its calls on each side (equal decisions, so equal but for the
+    methods one manager calls from another) and the median CPU microseconds per call."""
+    out: dict[str, dict[str, Any]] = {}
+    names = {n for rs in runs.values() for r in rs for n in r.get("manager_by_method", {})}
+    for name in sorted(names):
+        row: dict[str, Any] = {}
+        for side, rs in runs.items():
+            seen = [r["manager_by_method"][name] for r in rs
+                    if name in r.get("manager_by_method", {})]
+            row[f"{side}_calls"] = seen[0]["calls"] if seen else 0
+            row[f"{side}_cpu_s"] = statistics.median(m["cpu_s"] for m in seen) if seen else 0.0
+            row[f"{side}_us_per_call"] = (1e6 * row[f"{side}_cpu_s"] / row[f"{side}_calls"]
+                                          if row[f"{side}_calls"] else 0.0)
+        out[name] = row
+    return out
+
+
+def render_method_rows(result: dict[str, Any]) -> list[list[str]]:
+    """One row per manager method, costliest on vLLM's side first: calls, CPU per call and
+    in all on each side, and the ratio of the totals."""
+    rows = []
+    methods = sorted(result.get("by_method", {}).items(), key=lambda kv: -kv[1]["vllm_cpu_s"])
+    for name, m in methods:
+        ratio = m["vllm_cpu_s"] / m["kvpool_cpu_s"] if m["kvpool_cpu_s"] else 0.0
+        rows.append([name, f"{m['vllm_calls']:,}", f"{m['vllm_us_per_call']:.2f} us",
+                     f"{1e3 * m['vllm_cpu_s']:.1f} ms", f"{m['kvpool_us_per_call']:.2f} us",
+                     f"{1e3 * m['kvpool_cpu_s']:.1f} ms", f"{ratio:.2f}x" if ratio else ""])
+    return rows
 
 
 def render_rows(result: dict[str, Any]) -> list[list[str]]:
@@ -152,5 +189,5 @@ def render_rows(result: dict[str, Any]) -> list[list[str]]:
     ]
 
 
-__all__ = ["SchedulerBenchConfig", "SchedulerDivergence", "render_rows",
+__all__ = ["SchedulerBenchConfig", "SchedulerDivergence", "render_method_rows", "render_rows",
            "run_vllm_scheduler_bench"]

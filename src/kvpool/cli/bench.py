@@ -54,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-events", action="store_true",
                         help="--vllm-scheduler: KV cache events on (what a KV-aware router "
                         "subscribes to), on both sides")
+    parser.add_argument("--by-method", action="store_true",
+                        help="--vllm-scheduler: also time the manager per public method, on "
+                        "both sides (a second table)")
     parser.add_argument("--vllm-kit", metavar="DIR", default=None,
                         help="the vLLM kit directory with bench.py and gen_trace.py "
                         "($KVPOOL_VLLM_KIT, else ../shared/vllm-kit)")
@@ -136,6 +139,7 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
     from kvpool.bench.vllm_scheduler import (
         SchedulerBenchConfig,
         SchedulerDivergence,
+        render_method_rows,
         render_rows,
         run_vllm_scheduler_bench,
     )
@@ -148,7 +152,7 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         return 2
     config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
                                   rounds=args.rounds, num_requests=args.requests,
-                                  kv_events=args.kv_events)
+                                  kv_events=args.kv_events, by_method=args.by_method)
     status, result = _against_vllm(args, "--vllm-scheduler", SchedulerDivergence,
                                    lambda log: run_vllm_scheduler_bench(config, log=log))
     if result is None:
@@ -164,6 +168,12 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         f"steps, {w['num_blocks']:,} blocks, KV events {'on' if w.get('kv_events') else 'off'}), "
         f"CPU clock, medians of {result['rounds']} "
         f"rounds; same decisions (digest {result['digest']})"))
+    if "by_method" in result:
+        print_renderable(grid_table(
+            ["method", "calls", "vLLM per call", "vLLM in all", "kvpool per call",
+             "kvpool in all", "vLLM / kvpool"],
+            render_method_rows(result),
+            title="the KV manager per public method (outermost calls, CPU clock, medians)"))
     print(f"kvpool side: {result['manager']}")
     return 0
 

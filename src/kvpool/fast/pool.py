@@ -426,7 +426,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         building a list); :class:`InvalidBlockId` outside ``[0, num_gpu_blocks)``. O(1)."""
         if type(block_id) is not int or not 0 <= block_id < self.num_gpu_blocks:
             raise self._bad_id(block_id)
-        return int(self._st.blk[block_id, k.REF])
+        return self._st.blk.item(block_id, k.REF)  # type: ignore[no-any-return]
 
     def get_num_free_blocks(self) -> int:
         """Free blocks, cached candidates and unpinned blocks included. O(1)."""

@@ -221,6 +221,10 @@ class KvpoolKVCacheManager:
         self.free = manager.free
         self.get_num_common_prefix_blocks = manager.get_num_common_prefix_blocks
         self.get_blocks = manager.get_blocks
+        # Called once per step: bound straight to the layer that answers (no frame between).
+        self.new_step_starts = manager.coordinator.new_step_starts
+        # Events off: nothing is ever pending, and list() is a fresh empty list.
+        self.take_events = pool.take_events if pool.enable_kv_cache_events else list
         self.block_pool = VllmBlockPool(pool, views)
         self.coordinator = manager.coordinator
         self.watermark_blocks = manager.watermark_blocks
@@ -249,7 +253,9 @@ class KvpoolKVCacheManager:
 
     # -- the scheduler's calls ----------------------------------------------------------
     # allocate_slots, get_computed_blocks, free, get_blocks and get_num_common_prefix_blocks
-    # are the kvpool facade's own methods, bound in __init__ (vLLM's types in and out).
+    # are the kvpool facade's own methods, bound in __init__ (vLLM's types in and out);
+    # take_events is the pool's (vLLM's event objects, annotated as vLLM annotates them:
+    # vllm_event_builder builds them so when recorded) and new_step_starts the coordinator's.
 
     @property
     def prefix_cache_stats(self) -> PrefixCacheStats | None:
@@ -281,11 +287,6 @@ class KvpoolKVCacheManager:
     def reset_prefix_cache(self) -> bool:
         return self.manager.reset_prefix_cache()  # type: ignore[no-any-return]
 
-    def take_events(self) -> list[Any]:
-        """The pool's events as vLLM's objects, annotated as vLLM annotates them (built so
-        when recorded: :func:`vllm_event_builder`)."""
-        return self.manager.block_pool.take_events()  # type: ignore[no-any-return]
-
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return self.manager.get_block_ids(request_id)
 
@@ -299,8 +300,6 @@ class KvpoolKVCacheManager:
     def take_new_block_ids(self) -> list[int]:
         return self.manager.take_new_block_ids()
 
-    def new_step_starts(self) -> None:
-        self.manager.new_step_starts()
 
 
 __all__ = ["KvpoolKVCacheManager", "VllmBlockPool", "to_vllm_event", "vllm_event_builder"]

@@ -261,13 +261,16 @@ class _ManagerClock:
                "cache_blocks", "reset_prefix_cache", "evict_blocks", "remove_skipped_blocks",
                "get_block_ids_for_computed_tokens", "create_kv_cache_blocks")
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, by_method: bool = False) -> None:
         self.seconds = 0.0
         self.calls = 0
+        #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls (the
+        #: bookkeeping adds a dict update to each call, so it is kept out of the plain run).
+        self.by_method: dict[str, list[float]] = {}
         depth = [0]
         clock = time.perf_counter
 
-        def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             def timed(*args: Any, **kwargs: Any) -> Any:
                 if depth[0]:
                     return method(*args, **kwargs)
@@ -279,12 +282,28 @@ class _ManagerClock:
                     self.seconds += clock() - began
                     self.calls += 1
                     depth[0] = 0
-            return timed
+
+            def timed_by_method(*args: Any, **kwargs: Any) -> Any:
+                if depth[0]:
+                    return method(*args, **kwargs)
+                depth[0] = 1
+                began = clock()
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    spent = clock() - began
+                    self.seconds += spent
+                    self.calls += 1
+                    depth[0] = 0
+                    total = self.by_method.setdefault(name, [0.0, 0])
+                    total[0] += spent
+                    total[1] += 1
+            return timed_by_method if by_method else timed
 
         for name in self.METHODS:
             method = getattr(manager, name, None)
             if method is not None:
-                setattr(manager, name, wrap(method))
+                setattr(manager, name, wrap(name, method))
 
 
 def _fill_connector_store(connector: Any, workload: Workload, block_size: int) -> None:
@@ -303,8 +322,9 @@ def _fill_connector_store(connector: Any, workload: Workload, block_size: int) -
 
 def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str = "fast",
         policy: str = "auto", record: bool = True, timing: bool = False,
-        max_steps: int = 100_000) -> dict[str, Any]:
-    """Replay ``workload`` through vLLM's scheduler with ``manager`` (module docstring)."""
+        max_steps: int = 100_000, by_method: bool = False) -> dict[str, Any]:
+    """Replay ``workload`` through vLLM's scheduler with ``manager`` (module docstring);
+    ``by_method`` (with ``timing``) adds the manager's CPU time and calls per method."""
     import gc
 
     from vllm.sampling_params import SamplingParams
@@ -327,7 +347,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         _fill_connector_store(scheduler.connector, workload, setup.block_size)
     recorder = _Recorder()
     scheduler.kv_event_publisher = recorder
-    clock = _ManagerClock(scheduler.kv_cache_manager) if timing else None
+    clock = _ManagerClock(scheduler.kv_cache_manager, by_method) if timing else None
     init_none_hash(sha256)
     hasher = get_request_block_hasher(setup.hash_block_size or setup.block_size, sha256)
     outputs = {rid: out for rid, _, out in workload.requests}
@@ -428,6 +448,10 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
                            manager_wall_s=clock.seconds,
                            manager_cpu_s=clock.seconds * cpu_per_wall,
                            manager_calls=clock.calls, first_step_cpu_s=first_step_s)
+        if by_method:
+            result_dict["manager_by_method"] = {
+                name: {"cpu_s": seconds * cpu_per_wall, "calls": calls}
+                for name, (seconds, calls) in clock.by_method.items()}
     return result_dict
 
 
@@ -491,7 +515,8 @@ def _workload(spec: dict[str, Any]) -> Workload:
 def main() -> int:
     """Serve JSON commands on stdin, one answer line each: ``{"compare": [backends],
     "setup": {...}, "workload": {...}}`` (:func:`compare`), or ``{"setup": ..., "workload":
-    ..., "manager": ..., "backend": ..., "policy": ..., "record": bool, "timing": bool}``
+    ..., "manager": ..., "backend": ..., "policy": ..., "record": bool, "timing": bool,
+    "by_method": bool}``
     (:func:`run`; with ``"install_only"`` the seconds :func:`kvpool.vllm.install` took)."""
     for line in sys.stdin:
         command = json.loads(line)
@@ -513,7 +538,8 @@ def main() -> int:
                          backend=command.get("backend", "fast"),
                          policy=command.get("policy", "auto"),
                          record=command.get("record", True),
-                         timing=command.get("timing", False))
+                         timing=command.get("timing", False),
+                         by_method=command.get("by_method", False))
         print(json.dumps(answer), flush=True)
     return 0
 
