@@ -132,7 +132,10 @@ def test_by_method_takes_medians_per_method_and_reaches_the_cli(monkeypatch, tmp
     assert free["vllm_us_per_call"] == pytest.approx(3e4) and free["kvpool_calls"] == 10
     rows = vs.render_method_rows(result)
     assert [r[0] for r in rows] == ["allocate_slots", "free"]  # costliest on vLLM first
-    assert rows[1][-1] == "3.00x"
+    assert rows[1][-1] == "3.00x" and rows[1][1] == "10"
+    runs["kvpool"][0]["manager_by_method"]["free"]["calls"] = 12  # counted from another call
+    result = vs._summary(config, runs, install_s=0.5, first=run(1, 1))
+    assert vs.render_method_rows(result)[1][1] == "10 / 12"
     assert "by_method" not in vs._summary(vs.SchedulerBenchConfig(python="py", kit="kit"),
                                           runs, install_s=0.5, first=run(1, 1))
 

@@ -170,7 +170,7 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         f"rounds; same decisions (digest {result['digest']})"))
     if "by_method" in result:
         print_renderable(grid_table(
-            ["method", "calls", "vLLM per call", "vLLM in all", "kvpool per call",
+            ["method", "calls (vLLM / kvpool)", "vLLM per call", "vLLM in all", "kvpool per call",
              "kvpool in all", "vLLM / kvpool"],
             render_method_rows(result),
             title="the KV manager per public method (outermost calls, CPU clock, medians)"))

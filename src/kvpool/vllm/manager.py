@@ -301,5 +301,4 @@ class KvpoolKVCacheManager:
         return self.manager.take_new_block_ids()
 
 
-
 __all__ = ["KvpoolKVCacheManager", "VllmBlockPool", "to_vllm_event", "vllm_event_builder"]
