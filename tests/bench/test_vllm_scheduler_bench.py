@@ -104,7 +104,7 @@ def test_the_manager_clock_counts_outermost_calls_per_method() -> None:
         assert manager.free("r") == ["r"] and manager.get_blocks("s") == ["s"]
         manager.free("t")
     assert clock.calls == 3 and clock.seconds > 0
-    assert {name: calls for name, (_, calls) in clock.by_method.items()} == {
+    assert {name: calls for name, (_, calls) in clock.by_method.items() if calls} == {
         "free": 2, "get_blocks": 1}
     assert sum(seconds for seconds, _ in clock.by_method.values()) == pytest.approx(
         clock.seconds)

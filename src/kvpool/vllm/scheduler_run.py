@@ -264,26 +264,15 @@ class _ManagerClock:
     def __init__(self, manager: Any, by_method: bool = False) -> None:
         self.seconds = 0.0
         self.calls = 0
-        #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls (the
-        #: bookkeeping adds a dict update to each call, so it is kept out of the plain run).
+        #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls.
         self.by_method: dict[str, list[float]] = {}
         depth = [0]
         clock = time.perf_counter
 
         def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                if depth[0]:
-                    return method(*args, **kwargs)
-                depth[0] = 1
-                began = clock()
-                try:
-                    return method(*args, **kwargs)
-                finally:
-                    self.seconds += clock() - began
-                    self.calls += 1
-                    depth[0] = 0
+            total = self.by_method.setdefault(name, [0.0, 0]) if by_method else None
 
-            def timed_by_method(*args: Any, **kwargs: Any) -> Any:
+            def timed(*args: Any, **kwargs: Any) -> Any:
                 if depth[0]:
                     return method(*args, **kwargs)
                 depth[0] = 1
@@ -295,10 +284,10 @@ class _ManagerClock:
                     self.seconds += spent
                     self.calls += 1
                     depth[0] = 0
-                    total = self.by_method.setdefault(name, [0.0, 0])
-                    total[0] += spent
-                    total[1] += 1
-            return timed_by_method if by_method else timed
+                    if total is not None:
+                        total[0] += spent
+                        total[1] += 1
+            return timed
 
         for name in self.METHODS:
             method = getattr(manager, name, None)
@@ -451,7 +440,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         if by_method:
             result_dict["manager_by_method"] = {
                 name: {"cpu_s": seconds * cpu_per_wall, "calls": calls}
-                for name, (seconds, calls) in clock.by_method.items()}
+                for name, (seconds, calls) in clock.by_method.items() if calls}
     return result_dict
 
 
