@@ -38,8 +38,8 @@ from kvpool.spec.records import (
 # The two events a pool builds by the thousand keep the dataclass's fields, equality and
 # immutability, with an __init__ that fills the instance dict in one update: the generated
 # frozen __init__ sets each field through object.__setattr__ (2 µs for BlockStored, more
-# than the rest of a one-block cache write's event). tests/test_events.py checks that each
-# signature is the fields' own, defaults included.
+# than the rest of a one-block cache write's event). tests/events/test_event_building.py
+# checks that each signature is the fields' own, defaults included.
 
 
 @dataclass(frozen=True, init=False)

@@ -45,8 +45,8 @@ class SchedulerBenchConfig:
     num_blocks: int = 20_000
     kv_events: bool = False
     by_method: bool = False
-    """Also time the manager per public method (on both sides; each call then updates a
-    dict, so the whole-trace figures of such a run read a little closer to 1)."""
+    """Also time the manager per public method (on both sides; each call then adds to its
+    method's totals, so the whole-trace figures of such a run read a little closer to 1)."""
 
 
 class _Side(JsonLineProcess):
