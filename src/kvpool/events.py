@@ -217,10 +217,15 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
     )
 
 
+def _removal(removed: Callable[..., Any], external: ExternalBlockHash, group: int,
+             medium: str | None, seq: int) -> Any:
+    """The one place a removal's fields are named (per key, and per burst read in bulk)."""
+    return removed(block_hashes=[external], medium=medium, group_idx=group, seq=seq)
+
+
 def _removed(seq: int, key: bytes, ctx: EventContext,
              removed: Callable[..., Any] = BlockRemoved) -> Any:
-    return removed(block_hashes=[ctx.external_of_key(key)], medium=ctx.medium,
-                   group_idx=key_group(key), seq=seq)
+    return _removal(removed, ctx.external_of_key(key), key_group(key), ctx.medium, seq)
 
 
 def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
@@ -407,7 +412,7 @@ class EventLog:
         from the keys): the events :func:`materialize` builds of its removal records."""
         make, medium = self._removed, self.ctx.medium
         assert make is not None, "record_removals needs materialize's builder"
-        self._pending.extend([make(block_hashes=[h], medium=medium, group_idx=g, seq=seq)
+        self._pending.extend([_removal(make, h, g, medium, seq)
                               for seq, h, g in zip(seqs, hashes, groups, strict=True)])
 
     def record_removed(self, removed: Sequence[tuple[int, bytes]]) -> None:
