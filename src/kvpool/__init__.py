@@ -5,7 +5,7 @@ Start with :func:`make_pool`; the behaviour every backend reproduces is specifie
 """
 
 from kvpool._compat import install_finder
-from kvpool.backends import BACKENDS, make_pool
+from kvpool.backends import BACKENDS, PoolRecipe, make_pool
 from kvpool.errors import *  # noqa: F403 - the error hierarchy is part of the public API
 from kvpool.errors import __all__ as _errors
 from kvpool.protocol import BlockPool, MetricsCollector
@@ -21,6 +21,7 @@ __all__ = [
     "BlockRef",
     "MetricsCollector",
     "PoolAbstract",
+    "PoolRecipe",
     "make_pool",
     *_errors,
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvpool.errors import BackendUnavailable, InvalidConfig
@@ -79,3 +81,37 @@ def make_pool(num_blocks: int, *, backend: str = "spec", **options: Any) -> Any:
             f"backend {backend!r}; known: {known}"
         )
     return cls(num_blocks, **options)
+
+
+@dataclass(frozen=True)
+class PoolRecipe:
+    """A backend by name plus constructor options: a pool factory, ``recipe(num_blocks,
+    **settings)``, that still names its backend.
+
+    The policy layer takes a backend name or any pool factory; it picks the policy that
+    drives a backend by its name (:func:`kvpool.policy.make_kv_cache_manager`), which a
+    plain factory hides. A recipe keeps it. Its ``options`` win over the settings the
+    caller passes (``enable_kv_cache_events=False`` turns events off whatever the manager
+    was told).
+
+    >>> recipe = PoolRecipe("spec", {"enable_kv_cache_events": False})
+    >>> pool = recipe(8, enable_kv_cache_events=True)
+    >>> pool.num_gpu_blocks, pool.enable_kv_cache_events, backend_name(recipe)
+    (8, False, 'spec')
+    """
+
+    backend: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, num_blocks: int, **settings: Any) -> Any:
+        return make_pool(num_blocks, backend=self.backend, **{**settings, **self.options})
+
+
+def backend_name(backend: object) -> str | None:
+    """The backend a policy-layer ``backend`` argument builds: the name itself, a
+    :class:`PoolRecipe`'s name, or ``None`` for any other factory."""
+    if isinstance(backend, str):
+        return backend
+    if isinstance(backend, PoolRecipe):
+        return backend.backend
+    return None

@@ -40,6 +40,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from kvpool.backends import backend_name
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
 from kvpool.policy.specs import (
@@ -74,7 +75,7 @@ def fast_policy_class(*args: Any, **kwargs: Any) -> type[KVCacheManager] | str:
     config = a["kv_cache_config"]
     if not isinstance(config, KVCacheConfig):
         return "kv_cache_config is not a KVCacheConfig"
-    if a["backend"] != "fast":
+    if backend_name(a["backend"]) != "fast":  # a factory that names no backend: not known
         return f"backend {a['backend']!r} (the fast policy drives the fast pool)"
     if a["allow_partial_hash_hits"]:
         return "partial hash hits"

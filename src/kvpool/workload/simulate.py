@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kvpool.backends import make_pool
+from kvpool.backends import PoolRecipe, make_pool
 from kvpool.hashing import BlockHasher
 from kvpool.workload.driver import HASH_SEED, replay
 from kvpool.workload.models import build_manager
@@ -109,7 +109,8 @@ def simulate(
     :class:`~kvpool.workload.trace.TraceError` for a malformed trace file and
     :class:`~kvpool.errors.InvalidConfig` for sizes that cannot work.
 
-    ``pool_options`` go to :func:`kvpool.make_pool` (e.g. ``use_int_block_hashes=False``).
+    ``pool_options`` go to :func:`kvpool.make_pool` (e.g. ``use_int_block_hashes=False``),
+    through a :class:`~kvpool.PoolRecipe`: the policy is chosen as without them.
     ``event_sink``, if given, receives each step's KV events (after the step, outside pool
     time; steps without events are skipped), as a publisher wants them. ``on_step(done,
     total)`` is called after every step with the requests finished so far.
@@ -124,16 +125,11 @@ def simulate(
         # Kernels do not depend on the block size: warm up at 16, where the tiny warm-up
         # trace fits the small pool whatever the replay's block size.
         warmup_s = warm_up_manager(backend, model=model, hash_algorithm=hash_algorithm)
-    options = dict(pool_options or {})
-
-    def make(n: int, **kwargs: Any) -> Any:
-        return make_pool(n, backend=backend, **{**kwargs, **options})
-
     max_model_len = max((len(r.prompt) + r.output_len for r in requests), default=1) + block_size
-    # The backend's name where no pool option is set, so that the policy can be chosen by
-    # it (the fast policy drives the fast pool; kvpool.policy.factory).
-    manager = build_manager(model, num_blocks, block_size, max_model_len,
-                            backend=make if options else backend)
+    # A recipe, not a bare factory: it keeps the backend's name, by which the policy is
+    # chosen (the fast policy drives the fast pool; kvpool.policy.factory).
+    pools = PoolRecipe(backend, dict(pool_options)) if pool_options else backend
+    manager = build_manager(model, num_blocks, block_size, max_model_len, backend=pools)
     progress = None
     if on_step is not None:
         total = len(requests)
