@@ -161,33 +161,45 @@ def _lora(request: Any) -> tuple[int | None, str | None]:
 
 def _stored(record: StoredRecord, request: Any, ctx: EventContext,
             stored: Callable[..., Any] = BlockStored) -> Any:
-    bs = record.block_size
-    hashes = resolve_block_hashes(request.block_hashes, ctx.hash_block_size, bs)
-    parent = None if record.num_cached == 0 else ctx.external(hashes[record.num_cached - 1])
+    return stored_event(request, ctx, stored, record.hashes, record.positions,
+                        record.num_cached, record.num_full, record.block_size,
+                        record.group_id, record.seq)
+
+
+def stored_event(request: Any, ctx: EventContext, stored: Callable[..., Any],
+                 hashes: Sequence[bytes], positions: Sequence[int], num_cached: int,
+                 num_full: int, block_size: int, group_id: int, seq: int) -> Any:
+    """The ``BlockStored`` of a cache write that keyed ``positions`` (of ``[num_cached,
+    num_full)``) with block hashes ``hashes``: what :func:`materialize` builds of the
+    write's :class:`~kvpool.spec.records.StoredRecord`, with ``stored`` as its class."""
+    bs = block_size
+    fine = request.block_hashes
+    coarse = fine if bs == ctx.hash_block_size else resolve_block_hashes(
+        fine, ctx.hash_block_size, bs)
+    parent = None if num_cached == 0 else ctx.external(coarse[num_cached - 1])
     if need_extra_keys(request):
         extra = [event_extra_keys(request, k * bs, (k + 1) * bs, ctx.num_lookahead_tokens)
-                 for k in record.positions]
+                 for k in positions]
     else:  # no LoRA, multimodal item, salt or embeddings: no block has extra keys
-        extra = [None] * len(record.positions)
+        extra = [None] * len(positions)
     lookahead = None
     if ctx.num_lookahead_tokens:
         n = ctx.num_lookahead_tokens
-        lookahead = [token_slice(request, (k + 1) * bs, (k + 1) * bs + n)
-                     for k in record.positions]
+        lookahead = [token_slice(request, (k + 1) * bs, (k + 1) * bs + n) for k in positions]
     lora_id, lora_name = _lora(request)
     return stored(
-        block_hashes=ctx.external_all(record.hashes),
+        block_hashes=ctx.external_all(hashes),
         parent_block_hash=parent,
-        token_ids=token_slice(request, record.num_cached * bs, record.num_full * bs),
+        token_ids=token_slice(request, num_cached * bs, num_full * bs),
         block_size=bs,
         lora_id=lora_id,
         medium=ctx.medium,
         lora_name=lora_name,
         extra_keys=extra or None,
-        group_idx=record.group_id,
+        group_idx=group_id,
         session_id=getattr(request, "session_id", None),
         lookahead_token_ids=lookahead,
-        seq=record.seq,
+        seq=seq,
     )
 
 
@@ -215,6 +227,9 @@ def _partial_stored(record: PartialStoredRecord, request: Any, ctx: EventContext
         lookahead_token_ids=lookahead,
         seq=record.seq,
     )
+
+
+_U64 = (1 << 64) - 1
 
 
 def _removal(removed: Callable[..., Any], external: ExternalBlockHash, group: int,
@@ -392,10 +407,13 @@ class EventLog:
         # materialize's constructor of removals (its own or a partial's), for the bulk path
         # of record_removed; None for another builder, which gets the records one by one.
         self._removed: Callable[..., Any] | None = None
+        # and its constructor of stored blocks, for stored_before's direct build.
+        self._stored: Callable[..., Any] | None = None
         if build is materialize:
-            self._removed = BlockRemoved
+            self._removed, self._stored = BlockRemoved, BlockStored
         elif isinstance(build, partial) and build.func is materialize and not build.args:
             self._removed = build.keywords.get("removed", BlockRemoved)
+            self._stored = build.keywords.get("stored", BlockStored)
 
     def record(self, records: Iterable[EventRecord], request: Any = None) -> None:
         build, ctx = self._build, self.ctx
@@ -415,6 +433,15 @@ class EventLog:
         self._pending.extend([_removal(make, h, g, medium, seq)
                               for seq, h, g in zip(seqs, hashes, groups, strict=True)])
 
+    def record_removal_rows(self, rows: Sequence[Sequence[int]]) -> None:
+        """Removals read by a kernel as ``(group id, hash bits, seq)`` rows (integer
+        hashes; the bits are the hash's int64 pattern): what :func:`materialize` builds of
+        their removal records."""
+        make, medium = self._removed, self.ctx.medium
+        assert make is not None, "record_removal_rows needs materialize's builder"
+        self._pending.extend([_removal(make, bits & _U64, group, medium, seq)
+                              for group, bits, seq in rows])
+
     def record_removed(self, removed: Sequence[tuple[int, bytes]]) -> None:
         """Evicted keys as ``(seq, key)``, in order: what :meth:`record` makes of their
         removal records, without building the records (an eviction burst removes
@@ -425,8 +452,26 @@ class EventLog:
         else:
             self._pending.extend([_removed(seq, key, ctx, make) for seq, key in removed])
 
+    def stored_before(self, request: Any, block_hashes: Sequence[bytes], num_cached: int,
+                      num_full: int, block_size: int, group_id: int,
+                      seq: int) -> tuple[Any, KvPoolError | None]:
+        """:func:`build_stored_before` with this log's builder. With materialize's, the
+        common write (one hash per block, hashes in a list, a ``bytes`` parent) is built
+        straight from its fields, as :func:`materialize` builds it from the record, without
+        the record (a decode step's write: half the cost of an event)."""
+        ctx, make = self.ctx, self._stored
+        if (make is None or block_size != ctx.hash_block_size
+                or not isinstance(block_hashes, list)  # sliced, as _write_record slices
+                or (num_cached > 0 and not isinstance(block_hashes[num_cached - 1], bytes))):
+            return build_stored_before(request, ctx, self._build, block_hashes, num_cached,
+                                       num_full, block_size, group_id, seq)
+        hashes = block_hashes[num_cached:num_full]
+        return _built_or_error(request, lambda: stored_event(
+            request, ctx, make, hashes, range(num_cached, num_full), num_cached, num_full,
+            block_size, group_id, seq))
+
     def append(self, event: Any) -> None:
-        """One event built by :attr:`build` beforehand (:func:`build_stored_before`)."""
+        """One event built by :attr:`build` beforehand (:meth:`stored_before`)."""
         self._pending.append(event)
 
     def take(self) -> list[KVCacheEvent]:

@@ -247,14 +247,18 @@ def _burst(backend: str, use_int: bool, hash_len: int, build=None):
 @pytest.mark.parametrize("hash_len", [32, 6, 0])
 def test_an_eviction_burst_reports_what_the_spec_reports(backend, use_int, hash_len,
                                                         monkeypatch):
-    # The fast pool reads a burst's hashes and groups from the key rows in bulk (hashes of
-    # at least 8 bytes) and key by key otherwise: the same events either way.
+    # The fast pool's allocation reports a burst's integer hashes and groups itself (any
+    # width: kernels.get_new_blocks_reported), reads its bytes hashes from the key rows in
+    # bulk (hashes of at least 8 bytes), and key by key otherwise: the same events always.
+    from kvpool.events import EventLog
     from kvpool.fast.state import FastState
 
-    bulk = []
-    drain = FastState.drain_removals
+    bulk, kernel = [], []
+    drain, rows = FastState.drain_removals, EventLog.record_removal_rows
     monkeypatch.setattr(FastState, "drain_removals",
                         lambda st, use: bulk.append(drain(st, use)) or bulk[-1])
+    monkeypatch.setattr(EventLog, "record_removal_rows",
+                        lambda log, r: kernel.append(r) or rows(log, r))
     expected = _burst("spec", use_int, hash_len)
     assert len(expected) == 12 and {e.group_idx for e in expected} == {3}
     assert _burst(backend, use_int, hash_len) == expected
@@ -262,8 +266,10 @@ def test_an_eviction_burst_reports_what_the_spec_reports(backend, use_int, hash_
                     functools.partial(materialize, removed=lambda **kw: kw))
     assert fields == [{k: v for k, v in dataclasses.asdict(e).items()
                        if k not in ("locality", "ownership")} for e in expected]
-    if backend == "fast":  # the bulk read ran, and answered for one width of 8+ bytes
-        assert [b is not None for b in bulk] == [hash_len >= 8] * 2
+    if backend == "fast" and use_int:  # the kernel read every burst
+        assert [len(rows) for rows in kernel] == [12, 12] and not bulk
+    elif backend == "fast":  # the bulk read ran, and answered for one width of 8+ bytes
+        assert [b is not None for b in bulk] == [hash_len >= 8] * 2 and not kernel
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])

@@ -314,6 +314,10 @@ SIGNATURES: dict[str, tuple] = {
         (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _i64, _int, _bool, _bool),
     ),
     "get_new_blocks_quiet": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64, _bool, _int)),
+    "get_new_blocks_reported": (
+        _int,
+        (_blk, _i64_2d, _ENT, _i64_2d, _u8_2d, _table, _i64, _i64_2d, _i64, _i64_2d, _bool, _int),
+    ),
     "touch": (_int, (_blk, _i64, _i64)),
     "touch_one": (_int, (_blk, _i64, _int)),
     "free_blocks": (_int, (_blk, _i64, _bool, _bool, _i64)),
@@ -349,6 +353,7 @@ SIGNATURES: dict[str, tuple] = {
     "block_is_writable": (_bool, (_blk, _int)),
     "queue_order": (_int, (_blk, _i64)),
     "release_removed_keys": (_int, (_i64_2d, _i64, _i64_2d)),
+    "report_removals": (_int, (_i64_2d, _u8_2d, _i64, _i64_2d, _i64_2d)),
     "rehash": (_int, (_i64_2d, _table, _i64)),
 }
 """Every public kernel with its one signature ``(return type, argument types)``."""

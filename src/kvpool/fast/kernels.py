@@ -610,13 +610,65 @@ def release_removed_keys(keys, meta, events):
     keys int64 [K, KEY_COLS], meta int64 [META_SIZE], events int64 [R, EV_COLS].
     """
     keys, meta, events = _raw(keys), _raw(meta), _raw(events)
+    _release_removed_keys(keys, meta, events)
+    return OK
+
+
+def _release_removed_keys(keys, meta, events):
     for r in range(meta[M_EV_LEN]):
         if events[r, EV_KIND] == EV_REMOVED:
             kid = events[r, EV_PAYLOAD]
             if keys[kid, K_HEAD] == KEY_PENDING_ROW:
                 _free_key_row(keys, meta, kid)
     meta[M_EV_LEN] = 0
-    return OK
+
+
+def report_removals(keys, key_bytes, meta, events, rows):
+    """The last call's records as the removal events with integer hashes report them, then
+    their key rows freed: row ``r`` of ``rows`` = (group id, external hash, seq) of record
+    ``r``. The external hash is the block hash's last 8 bytes (all of a shorter one) read
+    big-endian, as an int64 *bit pattern* (the caller masks it to 64 unsigned bits: a
+    uint64 would not be computed alike compiled and plain); the group id is the key's last
+    4 bytes, big-endian. What ``EventContext.external_of_key`` and ``keys.key_group`` read
+    from the key's bytes, for a burst or one record, without a bytes object per key.
+
+    keys int64 [K, KEY_COLS], key_bytes uint8 [K, stride], meta int64 [META_SIZE], events
+    int64 [R, EV_COLS], rows int64 [>= records, 3]. Returns the number of records, or -1 —
+    nothing read or freed — when a record is not a removal of a well-formed key row or
+    ``rows`` is too short.
+    """
+    keys, key_bytes, meta, events, rows = (_raw(keys), _raw(key_bytes), _raw(meta),
+                                           _raw(events), _raw(rows))
+    count = int(meta[M_EV_LEN])
+    if rows.shape[0] < count or events.shape[0] < count:
+        return -1
+    for r in range(count):  # (a removal names a key row holding a hash and a group id)
+        kid = int(events[r, EV_PAYLOAD])
+        if (events[r, EV_KIND] != EV_REMOVED or not 0 <= kid < keys.shape[0]
+                or not 4 <= keys[kid, K_LEN] <= key_bytes.shape[1]):
+            return -1
+    return _write_removal_rows(keys, key_bytes, meta, events, rows, count)
+
+
+def _write_removal_rows(keys, key_bytes, meta, events, rows, count):
+    """:func:`report_removals`'s rows for ``count`` removal records (checked by the caller),
+    then the key rows they kept pending freed."""
+    for r in range(count):
+        kid = int(events[r, EV_PAYLOAD])
+        end = int(keys[kid, K_LEN]) - 4  # the hash's bytes end where the group id starts
+        start = max(0, end - 8)
+        top = int(key_bytes[kid, start]) if end > 0 else 0
+        value = top - 256 if (end - start == 8 and top >= 128) else top  # the sign byte
+        for j in range(start + 1, end):
+            value = (value << 8) | int(key_bytes[kid, j])
+        group = 0
+        for j in range(end, end + 4):
+            group = (group << 8) | int(key_bytes[kid, j])
+        rows[r, 0] = group
+        rows[r, 1] = value
+        rows[r, 2] = events[r, EV_SEQ]
+    _release_removed_keys(keys, meta, events)
+    return count
 
 
 def rehash(keys, table, meta):
@@ -702,6 +754,32 @@ def get_new_blocks_quiet(blk, blk64, ent, keys, table, meta, out, caching, n):
     # array of their types stands in for them (fewer arguments: a cheaper call).
     _pop_front(blk, blk64, ent, keys, table, meta, blk64, out, out, n, caching, False)
     return int(out[0]) if n > 0 else 0
+
+
+def get_new_blocks_reported(blk, blk64, ent, keys, key_bytes, table, meta, events, out, rows,
+                            caching, n):
+    """Pop ``n`` blocks, evicting their keys, on a pool with events and without pending
+    watchers, and report the removals in the same call as :func:`report_removals` does
+    (``rows``, then the key rows freed): the lean path when :func:`get_new_blocks_unkeyed`
+    declines for an eviction on a pool whose events carry integer hashes.
+
+    Returns the number of removal rows (the ids are in ``out``), or ``-code``: ERR_ARGUMENT,
+    ERR_NO_FREE, NEED_FULL (a watcher exists), ERR_CAPACITY (``events`` or ``rows`` may be
+    too short: nothing changed, take the full path, which grows them).
+    """
+    (blk, blk64, ent, keys, key_bytes, table, meta, events, out, rows) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
+        _raw(meta), _raw(events), _raw(out), _raw(rows))
+    refused = _lean_pop_refusal(meta, out, n)
+    if refused:
+        return refused
+    # Every removal removes a live entry: one record and one row each at most.
+    if events.shape[0] < meta[M_ENT_USED] + 1 or rows.shape[0] < meta[M_ENT_USED]:
+        return -ERR_CAPACITY
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    _pop_front(blk, blk64, ent, keys, table, meta, events, out, out, n, caching, True)
+    return _write_removal_rows(keys, key_bytes, meta, events, rows, int(meta[M_EV_LEN]))
 
 
 def get_new_blocks(blk, blk64, ent, keys, table, meta, events, out, fired, n, caching, events_on):

@@ -39,7 +39,6 @@ from kvpool.errors import (
     NoFreeBlocks,
     NullBlockMisuse,
 )
-from kvpool.events import build_stored_before
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.fast.state import FastState
@@ -185,25 +184,22 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         # Not a KvPoolError on purpose: a code the shell does not expect is a kvpool bug.
         return RuntimeError(f"fast pool kernel refused with unexpected code {code}")
 
-    def _append_prebuilt(self, event: Any, seq: int, request: Any, stored: Any) -> None:
-        """Queue a cache write's event built before it ran, numbered ``seq``, when the write
-        recorded just that: one ``BlockStored`` numbered ``seq``. A write that first dropped
-        its block's old key records a removal too; then its events are built from the
-        records (``stored``: the write's record factory), as for any other write."""
-        if self._st.take_stored(seq):
-            self._events.append(event)
-        else:
-            self._events.record(self._records(stored=stored), request)
-
     def _record_evictions(self) -> None:
         """Queue the events of an allocation: its evictions' removals, in order (the
-        allocation records nothing else). A burst is read from the key rows in bulk."""
+        allocation records nothing else). With materialize's builder they are read by one
+        kernel (integer hashes) or, for a burst, from the key rows in bulk (bytes)."""
         events = self._events
-        if events.builds_removals_in_bulk and self._meta.item(k.M_EV_LEN) > 8:
-            burst = self._st.drain_removals(events.ctx.use_int_block_hashes)
-            if burst is not None:
-                events.record_removals(*burst)
-                return
+        if events.builds_removals_in_bulk:
+            if events.ctx.use_int_block_hashes:
+                rows = self._st.report_removals()
+                if rows is not None:
+                    events.record_removal_rows(rows)
+                    return
+            elif self._meta.item(k.M_EV_LEN) > 8:
+                burst = self._st.drain_removals(False)
+                if burst is not None:
+                    events.record_removals(*burst)
+                    return
         removed: list[tuple[int, bytes]] = []
         for kind, _, seq, key in self._st.drain_events():
             if key is None:  # only removals carry a key
@@ -245,7 +241,16 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             if first == -k.ERR_NO_FREE:
                 raise NoFreeBlocks(f"Cannot get {num_blocks} free blocks from the pool")
             if first == -k.NEED_FULL and not self._st.num_watchers():
-                # Evictions but no watcher: the full kernel, no callbacks to run.
+                # Evictions but no watcher: no callbacks to run. Reported by the pop itself
+                # when materialize's builder takes integer hashes, else the full kernel.
+                events = self._events
+                if events.ctx.use_int_block_hashes and events.builds_removals_in_bulk:
+                    count = self._st.pop_reported(num_blocks)
+                    if count >= 0:
+                        if count:
+                            rows = self._st.removal_rows[:count].tolist()
+                            events.record_removal_rows(rows)
+                        return self._out[:num_blocks].tolist()
                 code, _ = self._st.get_new_blocks(num_blocks)
                 if code:
                     raise self._internal(code)
@@ -365,9 +370,9 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                                           block_size, kv_cache_group_id, None)
                 else:  # every position is keyed: the event is built once, beforehand
                     seq = self._meta.item(k.M_EVENT_COUNT)
-                    event, error = build_stored_before(
-                        request, self._events.ctx, self._events.build, hashes, num_cached,
-                        num_full, block_size, kv_cache_group_id, seq)
+                    event, error = self._events.stored_before(
+                        request, hashes, num_cached, num_full, block_size, kv_cache_group_id,
+                        seq)
                     if error is not None:
                         raise error
             if len(values) == 1 and -(2**63) <= values[0] < 2**63:
@@ -390,11 +395,11 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
             if code:
                 raise self._candidate_error(code, values, num_cached, block_size)
             if self.enable_kv_cache_events:
-                stored = self._stored(selected, values, None, num_cached, num_full,
-                                      block_size, kv_cache_group_id)
-                if event is not None:
-                    self._append_prebuilt(event, seq, request, stored)
-                else:
+                if event is not None and self._st.take_stored(seq):
+                    self._events.append(event)  # the write recorded just that event
+                else:  # built after, or a write that first dropped its block's old key
+                    stored = self._stored(selected, values, None, num_cached, num_full,
+                                          block_size, kv_cache_group_id)
                     self._events.record(self._records(stored=stored), request)
             return None
         return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,

@@ -97,6 +97,8 @@ class FastState:
         self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
         self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
         self.no_ids = np.empty(0, np.int64)
+        # (group, hash bits, seq) per removal reported (report_removals): one per record
+        self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
         # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
@@ -193,8 +195,9 @@ class FastState:
             if arrays is not None and self._in_arrays[i] is not current:
                 setattr(arrays, name, current)
                 self._in_arrays[i] = current
-        # Bound on its first call (a pool that never evicts never compiles it).
+        # Bound on their first call (a pool that never evicts never compiles them).
         self.pop_quiet = self._bind_pop_quiet
+        self.pop_reported = self._bind_pop_reported
 
     def _bind_pop_quiet(self, n: int) -> int:
         ks = self.kernels
@@ -202,6 +205,14 @@ class FastState:
                                  self.keys, self.table, self.meta, self.out,
                                  self.enable_caching)
         return int(self.pop_quiet(n))
+
+    def _bind_pop_reported(self, n: int) -> int:
+        ks = self.kernels
+        self.pop_reported = partial(ks.get_new_blocks_reported, self.blk, self.blk64, self.ent,
+                                    self.keys, self.key_bytes, self.table, self.meta,
+                                    self.events, self.out, self.removal_rows,
+                                    self.enable_caching)
+        return int(self.pop_reported(n))
 
     # -- allocation ---------------------------------------------------------------------------
 
@@ -278,7 +289,9 @@ class FastState:
             need = self.meta.item(k.M_ENT_USED) + 2 + extra
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
+                self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
                 self._idx = self._batch = self._cache_full = None
+                self.pop_reported = self._bind_pop_reported
 
     # -- operations (codes as the kernels return them) ---------------------------------------
 
@@ -463,6 +476,20 @@ class FastState:
             out.append((kind, payload, row(r, k.EV_SEQ), key))
         self.kernels.release_removed_keys(self.keys, self.meta, self.events)
         return out
+
+    def report_removals(self) -> list[list[int]] | None:
+        """The last call's records as ``[group id, external hash bits, seq]`` rows when all
+        are removals (:func:`~kvpool.fast.kernels.report_removals`: the caller masks the
+        hash to 64 unsigned bits), their key rows then freed; ``None``, nothing drained,
+        otherwise. One kernel call and one ``tolist`` for a decode step's eviction or a
+        burst of thousands (``removal_rows`` has a row per record: it grows with
+        ``events``)."""
+        rows = self.removal_rows
+        count = self.kernels.report_removals(self.keys, self.key_bytes, self.meta, self.events,
+                                             rows)
+        if count < 0:
+            return None
+        return rows[:count].tolist()  # type: ignore[no-any-return]
 
     def drain_removals(self, use_int: bool) -> tuple[list[int], list[Any], list[int]] | None:
         """An eviction burst's records read in bulk: ``(seqs, external hashes, group ids)``
