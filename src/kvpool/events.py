@@ -19,6 +19,7 @@ from typing import Any
 from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.hashing.extra_keys import event_extra_keys, need_extra_keys
+from kvpool.hash_list import BlockHashList
 from kvpool.hashing.request_view import token_slice
 from kvpool.keys import (
     GROUP_ID_BYTES,
@@ -166,6 +167,11 @@ def _stored(record: StoredRecord, request: Any, ctx: EventContext,
                         record.group_id, record.seq)
 
 
+_PACKED_RUN = 8
+"""Positions from which a write's integer hashes are read from the packed companion (fewer:
+one ``int.from_bytes`` each costs less than the array view)."""
+
+
 def stored_event(request: Any, ctx: EventContext, stored: Callable[..., Any],
                  hashes: Sequence[bytes], positions: Sequence[int], num_cached: int,
                  num_full: int, block_size: int, group_id: int, seq: int) -> Any:
@@ -187,8 +193,12 @@ def stored_event(request: Any, ctx: EventContext, stored: Callable[..., Any],
         n = ctx.num_lookahead_tokens
         lookahead = [token_slice(request, (k + 1) * bs, (k + 1) * bs + n) for k in positions]
     lora_id, lora_name = _lora(request)
+    external = None
+    if (len(positions) >= _PACKED_RUN and type(fine) is BlockHashList and ctx.use_int_block_hashes
+            and fine is coarse and len(positions) == num_full - num_cached):
+        external = fine.tail_words(num_cached, num_full)  # an admission's run, in one pass
     return stored(
-        block_hashes=ctx.external_all(hashes),
+        block_hashes=external if external is not None else ctx.external_all(hashes),
         parent_block_hash=parent,
         token_ids=token_slice(request, num_cached * bs, num_full * bs),
         block_size=bs,

@@ -134,6 +134,18 @@ class BlockHashList(list):  # type: ignore[type-arg]
             return _NO_BYTES if count == 0 else None
         return self._buf[: count * self._width]  # type: ignore[index]
 
+    def tail_words(self, start: int, stop: int) -> list[int] | None:
+        """The last 8 bytes of entries ``[start, stop)`` read big-endian — what events
+        report of integer hashes (:func:`kvpool.keys.external_block_hash`) — from the
+        packed companion in one pass; ``None`` when those entries are not packed (see
+        :meth:`packed`), or their width is not a multiple of 8. O(stop - start)."""
+        view = self.packed(stop) if 0 <= start <= stop else None
+        width = self._width
+        if view is None or width <= 0 or width % 8:
+            return None
+        words = view[start * width :].view(">u8").reshape(stop - start, width // 8)
+        return words[:, -1].tolist()  # type: ignore[no-any-return]
+
     def pack(self) -> int:
         """Pack the entries not packed yet, up to the first that cannot be; the number of
         entries packed now. O(new entries)."""

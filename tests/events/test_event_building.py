@@ -256,7 +256,7 @@ def test_an_eviction_burst_reports_what_the_spec_reports(backend, use_int, hash_
     bulk, kernel = [], []
     drain, rows = FastState.drain_removals, EventLog.record_removal_rows
     monkeypatch.setattr(FastState, "drain_removals",
-                        lambda st, use: bulk.append(drain(st, use)) or bulk[-1])
+                        lambda st: bulk.append(drain(st)) or bulk[-1])
     monkeypatch.setattr(EventLog, "record_removal_rows",
                         lambda log, r: kernel.append(r) or rows(log, r))
     expected = _burst("spec", use_int, hash_len)
@@ -319,3 +319,22 @@ def test_a_builder_that_raises_refuses_the_write_before_the_pool_moves(backend):
     pool.use_event_builder(None)
     pool.cache_full_blocks(r, ids, 0, 3, 4, 0)
     assert [e.seq for e in pool.take_events()] == [0]  # no number was taken before
+
+
+@pytest.mark.parametrize("use_int", [True, False])
+@pytest.mark.parametrize("num_cached, num_full", [(0, 20), (3, 20), (5, 6), (0, 7), (0, 8)])
+def test_a_long_write_reads_its_hashes_from_the_packed_companion_alike(use_int, num_cached,
+                                                                        num_full):
+    # kvpool's requests keep their digests packed (BlockHashList): a write of 8 blocks or
+    # more reads its integer hashes from there. The event equals the one built from a plain
+    # list of the same digests, and the one materialize builds from the record.
+    packed = request("p", list(range(80)))
+    plain = request("p", list(range(80)))
+    plain.block_hashes = list(packed.block_hashes)
+    ctx = EventContext(hash_block_size=4, use_int_block_hashes=use_int)
+    record = StoredRecord(seq=9, group_id=2, block_size=4, num_cached=num_cached,
+                          num_full=num_full, positions=tuple(range(num_cached, num_full)),
+                          hashes=tuple(plain.block_hashes[num_cached:num_full]))
+    events = [materialize(record, r, ctx) for r in (packed, plain)]
+    assert events[0] == events[1]
+    assert events[0].block_hashes == [ctx.external(h) for h in record.hashes]

@@ -276,3 +276,26 @@ def test_a_list_of_one_width_packs_to_its_join(hashes):
     packed = BlockHashList(hashes)
     assert bytes(packed.packed(len(hashes))) == b"".join(hashes)
     assert packed.width == (3 if hashes else -1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([8, 16, 32, 12, 3]), st.lists(st.sampled_from(["one", "odd", "sub"]),
+                                                    max_size=30), st.data())
+def test_tail_words_are_the_integer_hashes_events_report(width, kinds, data):
+    """What an event reports of integer hashes (each hash's last 8 bytes, big-endian),
+    read from the companion; ``None`` exactly where the companion cannot answer."""
+    entries = [bytes(data.draw(st.binary(min_size=width, max_size=width))) if kind == "one"
+               else bytes(data.draw(st.binary(min_size=16, max_size=16))) if kind == "odd"
+               else Digest(bytes(width)) for kind in kinds]
+    start = data.draw(st.integers(-1, len(entries) + 1))
+    stop = data.draw(st.integers(-1, len(entries) + 1))
+    words = BlockHashList(entries).tail_words(start, stop)
+    run = entries[start:stop] if 0 <= start <= stop <= len(entries) else None
+    answerable = (run is not None and width % 8 == 0 and all(
+        type(h) is bytes and len(h) == width for h in entries[:stop]))
+    if words is None:
+        assert not answerable or (start == stop)
+    else:
+        assert run is not None and words == [int.from_bytes(h[-8:], "big") for h in run]
+    if answerable and start < stop:
+        assert words is not None

@@ -196,7 +196,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                     events.record_removal_rows(rows)
                     return
             elif self._meta.item(k.M_EV_LEN) > 8:
-                burst = self._st.drain_removals(False)
+                burst = self._st.drain_removals()
                 if burst is not None:
                     events.record_removals(*burst)
                     return

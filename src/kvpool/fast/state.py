@@ -491,13 +491,13 @@ class FastState:
             return None
         return rows[:count].tolist()  # type: ignore[no-any-return]
 
-    def drain_removals(self, use_int: bool) -> tuple[list[int], list[Any], list[int]] | None:
-        """An eviction burst's records read in bulk: ``(seqs, external hashes, group ids)``
-        when every record of the last call is a removal of a key of one length (hash at
-        least 8 bytes), then the key rows freed as :meth:`drain_events` frees them;
-        ``None``, nothing drained, otherwise. The hashes are what
-        :meth:`~kvpool.events.EventContext.external_of_key` gives, sliced from the key rows
-        as one array (``use_int``: the hash's last 8 bytes, big-endian)."""
+    def drain_removals(self) -> tuple[list[int], list[bytes], list[int]] | None:
+        """An eviction burst's records read in bulk for events with ``bytes`` hashes:
+        ``(seqs, block hashes, group ids)`` when every record of the last call is a removal
+        of a key of one length (hash at least 8 bytes), then the key rows freed as
+        :meth:`drain_events` frees them; ``None``, nothing drained, otherwise. The hashes
+        are what :meth:`~kvpool.events.EventContext.external_of_key` gives, sliced from the
+        key rows as one array (integer hashes: :meth:`report_removals`)."""
         count = self.meta.item(k.M_EV_LEN)
         rows = self.events[:count]
         if not count or (rows[:, k.EV_KIND] != k.EV_REMOVED).any():
@@ -509,14 +509,9 @@ class FastState:
             return None
         rows_bytes = self.key_bytes[kids, :width]
         groups = rows_bytes[:, width - GROUP_ID_BYTES :].copy().view(">u4").ravel().tolist()
-        if use_int:
-            hash_end = width - GROUP_ID_BYTES
-            hashes: list[Any] = rows_bytes[:, hash_end - 8 : hash_end].copy().view(
-                ">u8").ravel().tolist()
-        else:
-            n = width - GROUP_ID_BYTES
-            blob = rows_bytes[:, :n].tobytes()
-            hashes = [blob[i : i + n] for i in range(0, len(blob), n)]
+        n = width - GROUP_ID_BYTES
+        blob = rows_bytes[:, :n].tobytes()
+        hashes = [blob[i : i + n] for i in range(0, len(blob), n)]
         seqs = rows[:, k.EV_SEQ].tolist()
         self.kernels.release_removed_keys(self.keys, self.meta, self.events)
         return seqs, hashes, groups
