@@ -17,9 +17,9 @@ from functools import partial
 from typing import Any
 
 from kvpool.errors import EventGap, InvalidArgument, InvalidEvent, KvPoolError
+from kvpool.hash_list import BlockHashList
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.hashing.extra_keys import event_extra_keys, need_extra_keys
-from kvpool.hash_list import BlockHashList
 from kvpool.hashing.request_view import token_slice
 from kvpool.keys import (
     GROUP_ID_BYTES,
