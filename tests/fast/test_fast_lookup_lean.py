@@ -49,6 +49,25 @@ def test_the_lean_lookup_equals_the_checked_composition(shape, groups) -> None:
         assert len(fast[1][0]) == 10
 
 
+@pytest.mark.parametrize("shape", ["list", "hash-list", "not-bytes-after", "not-bytes-before"])
+@pytest.mark.parametrize("limit", [None, 0, 1, 4, 10, 12, True, -1, 2.0])
+def test_a_limited_lookup_equals_the_checked_composition(shape, limit) -> None:
+    # The fast policy's lookup scans the first `limit` hashes of a request's own list in
+    # place (a packed companion stays usable): only those are scanned and checked.
+    pool, request = filled_pool()
+    hashes = list(request.block_hashes)
+    hashes = {"list": hashes, "hash-list": BlockHashList(hashes),
+              "not-bytes-after": hashes[:4] + [bytearray(hashes[4])] + hashes[5:],
+              "not-bytes-before": hashes[:2] + [bytearray(hashes[2])] + hashes[3:]}[shape]
+    fast = outcome(lambda: pool.find_longest_cache_hit(hashes, [0], limit))
+    generic = outcome(lambda: batch.find_longest_cache_hit(pool, hashes, [0], limit))
+    assert fast == generic
+    if limit == 4:  # four hits, or the hash before the limit refused
+        every = pool.find_longest_cache_hit(list(request.block_hashes), [0])[0]
+        assert fast == (("ok", [every[:4]]) if shape != "not-bytes-before"
+                        else ("error", "InvalidArgument"))
+
+
 def test_ref_cnt_reads_one_block_as_observe_does() -> None:
     pool, _ = filled_pool()
     held = pool.get_new_blocks(3)

@@ -144,24 +144,30 @@ class FastBatchVerbs:
     def _lean_lookup_buffer(block_hashes: Any, groups: tuple[Any, ...],
                             max_num_blocks: int | None) -> tuple[np.ndarray, np.ndarray] | None:
         """The kernel's (buffer, lengths) for a lookup every check of
-        :func:`kvpool.batch.check_lookup_arguments` passes — one valid group, no limit, a
-        non-empty list of ``bytes`` of one width — in one pass of each kind (a packed
-        companion: none); ``None`` otherwise (the checked path then decides)."""
-        if (max_num_blocks is not None or len(groups) != 1 or type(groups[0]) is not int
+        :func:`kvpool.batch.check_lookup_arguments` passes — one valid group, no limit or a
+        positive int one, a non-empty list whose (first ``max_num_blocks``) entries are
+        ``bytes`` of one width — in one pass of each kind (a packed companion: none);
+        ``None`` otherwise (the checked path then decides)."""
+        if (len(groups) != 1 or type(groups[0]) is not int
                 or not 0 <= groups[0] <= MAX_GROUP_ID or type(block_hashes) not in _HASH_LISTS
                 or not block_hashes):
             return None
         n = len(block_hashes)
+        if max_num_blocks is not None:  # the scan stops there: only those are checked
+            if type(max_num_blocks) is not int or max_num_blocks <= 0:
+                return None
+            n = min(n, max_num_blocks)
         if type(block_hashes) is BlockHashList:
             view = block_hashes.packed(n)
             if view is not None:
                 return view, uniform_lens(n, block_hashes.width)
-        if set(map(type, block_hashes)) != _BYTES_ONLY:
+        window = block_hashes if n == len(block_hashes) else block_hashes[:n]
+        if set(map(type, window)) != _BYTES_ONLY:
             return None
-        widths = set(map(len, block_hashes))
+        widths = set(map(len, window))
         if len(widths) != 1:
             return None
-        return np.frombuffer(b"".join(block_hashes), np.uint8), uniform_lens(n, widths.pop())
+        return np.frombuffer(b"".join(window), np.uint8), uniform_lens(n, widths.pop())
 
     def allocate_and_cache(self, request: Any, blocks: Sequence[object], num_new_blocks: int,
                            num_cached_blocks: int, num_full_blocks: int, block_size: int,

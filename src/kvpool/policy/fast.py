@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvpool.backends import backend_name
+from kvpool.hash_list import BlockHashList
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
 from kvpool.policy.specs import (
@@ -143,12 +144,14 @@ class FastKVCacheManager(_FastPolicy):
         hits: list[int] = []
         hashes = request.block_hashes
         if limit > 0 and hashes:
-            window = hashes[:limit]
             # Half of all prompts share nothing: one probe of the first block answers them
-            # without packing a few hundred hashes (the scan's type check still runs).
-            if self.block_pool.get_cached_block(window[0], [0]) is not None or \
-                    set(map(type, window)) != _BYTES:
-                hits = self.block_pool.find_longest_cache_hit(window, [0])[0]
+            # without packing a few hundred hashes (the scan's type check still runs; a
+            # packed companion has done it). The scan reads the first `limit` hashes in
+            # place (a slice would lose the companion).
+            if self.block_pool.get_cached_block(hashes[0], [0]) is not None or not (
+                    type(hashes) is BlockHashList and hashes.packed(limit) is not None
+                    or set(map(type, hashes[:limit])) == _BYTES):
+                hits = self.block_pool.find_longest_cache_hit(hashes, [0], limit)[0]
                 if self._eagle and hits:
                     hits.pop()
         num_tokens = len(hits) * bs
