@@ -277,11 +277,15 @@ def _built_or_error(request: Any, build: Callable[[], Any]) -> tuple[Any, KvPool
     except KvPoolError as error:
         return None, error
     except Exception as exc:  # noqa: BLE001 - whatever the request lacks, typed
-        return None, InvalidArgument(
-            f"request {getattr(request, 'request_id', request)!r} cannot be reported in a "
-            f"BlockStored event: {exc!r} (with events on, a request needs all_token_ids and "
-            "well-formed extra-key fields)"
-        )
+        return None, _unreportable(request, exc)
+
+
+def _unreportable(request: Any, exc: Exception) -> InvalidArgument:
+    return InvalidArgument(
+        f"request {getattr(request, 'request_id', request)!r} cannot be reported in a "
+        f"BlockStored event: {exc!r} (with events on, a request needs all_token_ids and "
+        "well-formed extra-key fields)"
+    )
 
 
 def _write_record(
@@ -476,9 +480,13 @@ class EventLog:
             return build_stored_before(request, ctx, self._build, block_hashes, num_cached,
                                        num_full, block_size, group_id, seq)
         hashes = block_hashes[num_cached:num_full]
-        return _built_or_error(request, lambda: stored_event(
-            request, ctx, make, hashes, range(num_cached, num_full), num_cached, num_full,
-            block_size, group_id, seq))
+        try:  # _built_or_error's typing, inline (no closure per decode step)
+            return stored_event(request, ctx, make, hashes, range(num_cached, num_full),
+                                num_cached, num_full, block_size, group_id, seq), None
+        except KvPoolError as error:
+            return None, error
+        except Exception as exc:  # noqa: BLE001 - whatever the request lacks, typed
+            return None, _unreportable(request, exc)
 
     def append(self, event: Any) -> None:
         """One event built by :attr:`build` beforehand (:meth:`stored_before`)."""

@@ -250,6 +250,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                         if count:
                             rows = self._st.removal_rows[:count].tolist()
                             events.record_removal_rows(rows)
+                        if num_blocks == 1:  # a decode step's block
+                            return [self._out.item(0)]
                         return self._out[:num_blocks].tolist()
                 code, _ = self._st.get_new_blocks(num_blocks)
                 if code:
