@@ -207,13 +207,24 @@ class FastKVCacheManager(_FastPolicy):
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
                 has_scheduled_reqs)
+        bs = self._block_size
+        table = self._tables[rid]
         max_len = self.max_model_len
+        main = computed + num_new_tokens
+        # The step that changes nothing (most decode steps): its last block has room for the
+        # new and lookahead tokens, no block fills, no watermark applies. What the general
+        # path below decides for it, in a handful of reads (below max_len, main is uncapped).
+        if (main + num_lookahead_tokens <= len(table) * bs and computed <= max_len
+                and not self.watermark_blocks
+                and ((main if main < num_tokens else num_tokens)
+                     < (self._num_cached.get(rid, 0) + 1) * bs
+                     or delay_cache_blocks or not self.enable_caching)):
+            self._live[rid] = (num_tokens, computed)
+            return self.empty_kv_cache_blocks
         main = (computed if computed < max_len else max_len) + num_new_tokens
         need = main + num_lookahead_tokens
         if need > max_len:
             need = max_len
-        bs = self._block_size
-        table = self._tables[rid]
         num_new = -(-need // bs) - len(table)
         watermark = self.watermark_blocks
         if watermark and not (has_scheduled_reqs and request.status in self.watermark_statuses):
