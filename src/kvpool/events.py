@@ -93,6 +93,16 @@ class BlockStored:
             lookahead_token_ids=lookahead_token_ids, seq=seq,
         )
 
+    def with_spec(self, kind: str | None, sliding_window: int | None) -> BlockStored:
+        """A copy annotated with its group's ``kv_cache_spec_kind`` and sliding window (as
+        the manager reports it; ``dataclasses.replace`` does the same at ten times the
+        cost: it calls ``__init__`` by keyword)."""
+        copy = object.__new__(type(self))
+        object.__setattr__(copy, "__dict__", {
+            **self.__dict__, "kv_cache_spec_kind": kind,
+            "kv_cache_spec_sliding_window": sliding_window})
+        return copy
+
 
 @dataclass(frozen=True, init=False)
 class BlockRemoved:

@@ -338,3 +338,16 @@ def test_a_long_write_reads_its_hashes_from_the_packed_companion_alike(use_int, 
     events = [materialize(record, r, ctx) for r in (packed, plain)]
     assert events[0] == events[1]
     assert events[0].block_hashes == [ctx.external(h) for h in record.hashes]
+
+
+def test_with_spec_is_replace_of_the_two_spec_fields():
+    # The manager annotates each BlockStored with its group's kind and window on the way
+    # out; a copy, the original untouched, equal to what dataclasses.replace gives.
+    event = BlockStored(block_hashes=[1], parent_block_hash=None, token_ids=[1, 2],
+                        block_size=2, lora_id=None, medium="GPU", group_idx=1, seq=4)
+    annotated = event.with_spec("sliding_window", 128)
+    assert annotated == dataclasses.replace(event, kv_cache_spec_kind="sliding_window",
+                                            kv_cache_spec_sliding_window=128)
+    assert event.kv_cache_spec_kind is None and type(annotated) is BlockStored
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        annotated.seq = 5  # type: ignore[misc]

@@ -28,11 +28,14 @@ def uniform_lens(count: int, length: int) -> np.ndarray:
     return lens
 
 
-def hash_buffer(hashes: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, int]:
+def hash_buffer(hashes: Sequence[Any], *, all_bytes: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, int]:
     """Hashes back to back as uint8, their lengths, and the longest length; each hash is
     read as ``bytes(h)``, as ``pack_key`` reads it. Raises ``TypeError`` for a hash that is
-    not ``bytes`` (callers check first; ``bytes(5)`` would be five zero bytes)."""
-    if set(map(type, hashes)) - {bytes} and not all(isinstance(h, bytes) for h in hashes):
+    not ``bytes`` (callers check first; ``bytes(5)`` would be five zero bytes), unless the
+    caller has just found every one exactly ``bytes`` (``all_bytes``: no second pass)."""
+    if not all_bytes and set(map(type, hashes)) - {bytes} and not all(
+            isinstance(h, bytes) for h in hashes):
         raise TypeError("block hashes must be bytes")
     try:
         joined = b"".join(hashes)

@@ -361,7 +361,7 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
                 max_len = hashes.width  # the packed companion: a view, no pass over the hashes
                 buf, lens = view[num_cached * max_len :], uniform_lens(len(values), max_len)
             elif set(map(type, selected)) == _BYTES_ONLY:
-                buf, lens, max_len = hash_buffer(selected)
+                buf, lens, max_len = hash_buffer(selected, all_bytes=True)
             else:  # a hash that is not bytes: the shell's checks say which, in spec order
                 return super().cache_full_blocks(request, blocks, num_cached_blocks,
                                                  num_full_blocks, block_size, kv_cache_group_id)

@@ -21,7 +21,6 @@ frees requests aborted while still waiting.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import numbers
 from collections import Counter
@@ -436,13 +435,12 @@ class KVCacheManager:
         """The pool's pending events, each ``BlockStored`` annotated with its group's kind
         and window."""
         out: list[KVCacheEvent] = []
+        metadata = self.kv_cache_event_metadata
         for event in self.block_pool.take_events():
             if isinstance(event, BlockStored) and event.group_idx is not None:
                 g = event.group_idx
-                if 0 <= g < len(self.kv_cache_event_metadata):
-                    kind, window = self.kv_cache_event_metadata[g]
-                    event = dataclasses.replace(event, kv_cache_spec_kind=kind,
-                                                kv_cache_spec_sliding_window=window)
+                if 0 <= g < len(metadata):
+                    event = event.with_spec(*metadata[g])
                 else:
                     logger.warning("Group index `%s` not in KV cache metadata", g)
             out.append(event)
