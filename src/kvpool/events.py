@@ -484,12 +484,12 @@ class EventLog:
         straight from its fields, as :func:`materialize` builds it from the record, without
         the record (a decode step's write: half the cost of an event)."""
         ctx, make = self.ctx, self._stored
+        hashes = block_hashes[num_cached:num_full] if isinstance(block_hashes, list) else ()
         if (make is None or block_size != ctx.hash_block_size
-                or not isinstance(block_hashes, list)  # sliced, as _write_record slices
+                or len(hashes) != num_full - num_cached or not hashes  # (sliced as the record)
                 or (num_cached > 0 and not isinstance(block_hashes[num_cached - 1], bytes))):
             return build_stored_before(request, ctx, self._build, block_hashes, num_cached,
                                        num_full, block_size, group_id, seq)
-        hashes = block_hashes[num_cached:num_full]
         try:  # _built_or_error's typing, inline (no closure per decode step)
             return stored_event(request, ctx, make, hashes, range(num_cached, num_full),
                                 num_cached, num_full, block_size, group_id, seq), None
