@@ -211,43 +211,46 @@ class FastKVCacheManager(_FastPolicy):
         table = self._tables[rid]
         max_len = self.max_model_len
         main = computed + num_new_tokens
-        # The step that changes nothing (most decode steps): its last block has room for the
-        # new and lookahead tokens, no block fills, no watermark applies. What the general
-        # path below decides for it, in a handful of reads (below max_len, main is uncapped).
-        if (main + num_lookahead_tokens <= len(table) * bs and computed <= max_len
-                and not self.watermark_blocks
-                and ((main if main < num_tokens else num_tokens)
-                     < (self._num_cached.get(rid, 0) + 1) * bs
-                     or delay_cache_blocks or not self.enable_caching)):
-            self._live[rid] = (num_tokens, computed)
-            return self.empty_kv_cache_blocks
-        main = (computed if computed < max_len else max_len) + num_new_tokens
-        need = main + num_lookahead_tokens
-        if need > max_len:
-            need = max_len
-        num_new = -(-need // bs) - len(table)
-        watermark = self.watermark_blocks
-        if watermark and not (has_scheduled_reqs and request.status in self.watermark_statuses):
-            watermark = 0
-        pool = self.block_pool
-        if num_new <= 0:
-            num_new = 0
-            if watermark and watermark > pool.get_num_free_blocks():
-                return None
-        elif num_new + watermark > pool.get_num_free_blocks():
-            return None
         new: list[int] = []
-        if num_new:  # the step's token starts a block (every block_size-th step)
-            new = pool.get_new_blocks(num_new)
-            table.extend(new)
-            if self._zeroed:
-                self._manager.new_block_ids.extend(new)
+        if (main + num_lookahead_tokens <= len(table) * bs and computed <= max_len
+                and not self.watermark_blocks):
+            # Most decode steps: the last block has room for the new and lookahead tokens
+            # and no watermark applies (below max_len, main is uncapped). What the general
+            # path decides for them, in a handful of reads; a step that fills no block
+            # either changes nothing.
+            if ((main if main < num_tokens else num_tokens)
+                    < (self._num_cached.get(rid, 0) + 1) * bs
+                    or delay_cache_blocks or not self.enable_caching):
+                self._live[rid] = (num_tokens, computed)
+                return self.empty_kv_cache_blocks
+        else:
+            main = (computed if computed < max_len else max_len) + num_new_tokens
+            need = main + num_lookahead_tokens
+            if need > max_len:
+                need = max_len
+            num_new = -(-need // bs) - len(table)
+            watermark = self.watermark_blocks
+            if watermark and not (has_scheduled_reqs
+                                  and request.status in self.watermark_statuses):
+                watermark = 0
+            free = self.block_pool.get_num_free_blocks()
+            if num_new <= 0:
+                num_new = 0
+                if watermark and watermark > free:
+                    return None
+            elif num_new + watermark > free:
+                return None
+            if num_new:  # the step's token starts a block (every block_size-th step)
+                new = self.block_pool.get_new_blocks(num_new)
+                table.extend(new)
+                if self._zeroed:
+                    self._manager.new_block_ids.extend(new)
         self._live[rid] = (num_tokens, computed)
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
             if num_full > num_cached:  # the step fills a block: key it
-                pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
+                self.block_pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
                 self._num_cached[rid] = num_full
         if not new:
             return self.empty_kv_cache_blocks
