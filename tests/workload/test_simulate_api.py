@@ -70,3 +70,29 @@ def test_the_warm_up_resolves_every_kernel_a_replay_uses():
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["evictions"] > 0  # the replay evicts and grows, as the default does
     assert result["new"] == []
+
+
+def test_the_replay_runs_on_a_frozen_heap_and_leaves_the_collector_as_it_was(monkeypatch):
+    import gc
+    import importlib
+
+    module = importlib.import_module("kvpool.workload.simulate")
+    seen = []
+    real_serve = module.serve
+    monkeypatch.setattr(module, "serve", lambda *a, **kw: seen.append(gc.get_freeze_count())
+                        or real_serve(*a, **kw))
+
+    simulate(backend="spec", num_requests=3, num_blocks=256, warmup=False)
+    assert seen[-1] > 0 and gc.get_freeze_count() == 0  # frozen inside, not after
+    gc.disable()  # the collector off: nothing to spare it, nothing touched
+    try:
+        simulate(backend="spec", num_requests=3, num_blocks=256, warmup=False)
+    finally:
+        gc.enable()
+    assert seen[-1] == 0 and gc.get_freeze_count() == 0
+    gc.freeze()  # the caller's own frozen objects stay frozen
+    try:
+        simulate(backend="spec", num_requests=3, num_blocks=256, warmup=False)
+        assert seen[-1] > 0 and gc.get_freeze_count() > 0  # not unfrozen behind their back
+    finally:
+        gc.unfreeze()

@@ -11,9 +11,11 @@ benchmarks (:mod:`kvpool.workload.driver`) use.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -134,13 +136,33 @@ def simulate(
     if on_step is not None:
         total = len(requests)
         progress = lambda done: on_step(done, total)  # noqa: E731
-    report = serve(
-        manager, requests, block_size=block_size, max_running=max_running,
-        hasher=BlockHasher(hash_algorithm, seed=HASH_SEED), backend=backend, model=model,
-        workload=workload if trace is None else "trace", on_events=event_sink,
-        on_step=progress,
-    )
+    with frozen_heap():
+        report = serve(
+            manager, requests, block_size=block_size, max_running=max_running,
+            hasher=BlockHasher(hash_algorithm, seed=HASH_SEED), backend=backend, model=model,
+            workload=workload if trace is None else "trace", on_events=event_sink,
+            on_step=progress,
+        )
     return replace(report, warmup_s=warmup_s)
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Inside the block, the garbage collector skips the objects that exist when it starts,
+    as a serving engine has it after its warm-up (vLLM's engine core freezes its heap then:
+    ``vllm.utils.gc_utils.freeze_gc_heap``); the heap is unfrozen again on exit. Without
+    it, the collections a replay triggers walk every module and object of the process, and
+    that time lands inside whatever pool call triggered them. Nothing is done when the
+    collector is off or the caller has frozen objects already (theirs stay as they are)."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def warm_up_manager(backend: str, *, model: str = "full", block_size: int = 16,
@@ -156,5 +178,5 @@ def warm_up_manager(backend: str, *, model: str = "full", block_size: int = 16,
     return time.perf_counter() - began
 
 
-__all__ = ["DEFAULT_MAX_RUNNING", "DEFAULT_NUM_BLOCKS", "DEFAULT_WORKLOAD", "resolve_trace",
-           "simulate", "warm_up", "warm_up_manager"]
+__all__ = ["DEFAULT_MAX_RUNNING", "DEFAULT_NUM_BLOCKS", "DEFAULT_WORKLOAD", "frozen_heap",
+           "resolve_trace", "simulate", "warm_up", "warm_up_manager"]
