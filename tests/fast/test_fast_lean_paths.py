@@ -4,6 +4,7 @@ the spec's results and errors, and leave the spec's state, across hash-table gro
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 from fast_twin import assert_sound, fast_pool, request_with_hashes
@@ -84,6 +85,31 @@ def test_a_deep_copy_is_an_independent_pool_with_working_one_op_paths(jit):
     assert twin.get_cached_block(request.block_hashes[0], [0]) is None
     assert pool.get_cached_block(request.block_hashes[0], [0]) == [blocks[0]]
     assert pool.get_num_free_blocks() == 11 and twin.get_num_free_blocks() == 0
+    assert_sound(pool)
+    assert_sound(twin)
+
+
+@pytest.mark.parametrize("events", [True, False])
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_used_pool_pickles_and_copies_and_both_go_on_alike(events, how):
+    """Every compiled verb a pool has bound (one-op, lean, evicting, cache write) is rebuilt
+    by the copy over its own arrays: pickling used to fail on them, and a deep copy to
+    share them. Both pools then take the same calls and end equal, events included."""
+    pool = fast_pool(12, jit=True, enable_kv_cache_events=events)
+    request = request_with_hashes(8)
+    blocks = pool.get_new_blocks(8)
+    pool.cache_full_blocks(request, blocks, 0, 8, 16, 0)
+    pool.free_blocks(blocks[::-1])
+    pool.get_new_blocks(6)  # evicts: the lean reported pop, or the quiet one
+    pool.get_cached_block(request.block_hashes[7], [0])
+    pool.take_events()
+    twin = pickle.loads(pickle.dumps(pool)) if how == "pickle" else copy.deepcopy(pool)
+    for p in (pool, twin):
+        got = p.get_new_blocks(4)  # evicts again, in each pool's own arrays
+        p.cache_full_blocks(request, got, 0, 4, 16, 1)
+        p.free_blocks(got)
+    assert twin.abstract() == pool.abstract()
+    assert twin.take_events() == pool.take_events()
     assert_sound(pool)
     assert_sound(twin)
 

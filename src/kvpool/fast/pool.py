@@ -115,14 +115,16 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict[str, Any]:
-        # The one-op verbs are bound to the state's jitclass, which a copy rebuilds.
+        # The one-op verbs are bound to the state's jitclass, and the free verb to its
+        # kernels: a copy (deep or pickled) takes them from its own rebuilt state.
         state = self.__dict__.copy()
-        for name in self._ONE_OP_VERBS:
+        for name in (*self._ONE_OP_VERBS, "_free_ids"):
             state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._free_ids = self._st.free
 
     # -- argument conversion ------------------------------------------------------------------
 

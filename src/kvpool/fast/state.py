@@ -101,10 +101,14 @@ class FastState:
         self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
-        # The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one C-level
-        # call from the shell straight into the compiled entry point.
-        ks = self.kernels
         self.arrays: Any = None  # the PoolArrays of the one-op verbs, built on first use
+        self._bind_verbs()
+
+    def _bind_verbs(self) -> None:
+        """The hot verbs, pre-bound to the arrays that never move (blk, meta, out): one
+        C-level call from the shell straight into the compiled entry point; then the ones
+        bound to the hash index's arrays (:meth:`_bind_index_verbs`)."""
+        ks = self.kernels
         self.pop_unkeyed = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta, self.out)
         self.pop_unkeyed_into = partial(ks.get_new_blocks_unkeyed, self.blk, self.meta)
         self.free = partial(ks.free_blocks, self.blk, self.meta, self.enable_caching, False)
@@ -116,8 +120,12 @@ class FastState:
     """``lookup_one(hash, group)``, ``touch_one(b)``, ``free_one(b)``, ``pop(n)``: the h_*
     kernels over :attr:`arrays`, each bound on its first use (their compilation, a few
     seconds, is not cached on disk: a process that never calls one never pays for it)."""
-    _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS)
-    """Attributes a copy rebuilds instead of copying (a jitclass cannot be copied)."""
+    _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS,
+                "kernels", "pop_unkeyed", "pop_unkeyed_into", "free", "check_free", "touch",
+                "pop_quiet", "pop_reported", "_cache_full", "_batch")
+    """Attributes a copy rebuilds instead of copying: the jitclass, the kernel set and every
+    verb bound to compiled entry points (none of them can be pickled; a deep copy would
+    share them, bound to the original's arrays)."""
 
     def __getattr__(self, name: str) -> Any:
         # Only for attributes not set yet: the one-op verbs, bound here on first use.
@@ -171,16 +179,21 @@ class FastState:
         return r
 
     def __getstate__(self) -> dict[str, Any]:
-        # copy.deepcopy (the exhaustive checker copies pools) and pickle: everything but the
-        # jitclass and what is bound to it, rebuilt over the copied arrays by __setstate__.
+        # copy.deepcopy (the exhaustive checker copies pools) and pickle: the arrays and
+        # settings; the kernels and what is bound to them are rebuilt by __setstate__.
         state = self.__dict__.copy()
         for name in self._REBUILT:
             state.pop(name, None)
+        state["_jit"] = self.kernels.jit
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        self.kernels = kernel_set(state.pop("_jit"))
         self.__dict__.update(state)
         self.arrays = None  # rebuilt over the copied arrays on first use
+        self._cache_full = self._batch = None
+        self._bind_verbs()
 
     def _bind_index_verbs(self) -> None:
         """Point :attr:`arrays` at the hash index's current arrays (again after any of them
