@@ -280,22 +280,20 @@ def materialize(record: EventRecord, request: Any, ctx: EventContext, *,
     return _partial_stored(record, request, ctx, stored)
 
 
-def _built_or_error(request: Any, build: Callable[[], Any]) -> tuple[Any, KvPoolError | None]:
-    """``build()`` (an event), or its failure as a typed error."""
+def _built_or_error(request: Any, build: Callable[..., Any],
+                    *args: Any) -> tuple[Any, KvPoolError | None]:
+    """``build(*args)`` (an event), or its failure as a typed error (the arguments are
+    passed, not closed over: a decode step's write makes no closure)."""
     try:
-        return build(), None
+        return build(*args), None
     except KvPoolError as error:
         return None, error
     except Exception as exc:  # noqa: BLE001 - whatever the request lacks, typed
-        return None, _unreportable(request, exc)
-
-
-def _unreportable(request: Any, exc: Exception) -> InvalidArgument:
-    return InvalidArgument(
-        f"request {getattr(request, 'request_id', request)!r} cannot be reported in a "
-        f"BlockStored event: {exc!r} (with events on, a request needs all_token_ids and "
-        "well-formed extra-key fields)"
-    )
+        return None, InvalidArgument(
+            f"request {getattr(request, 'request_id', request)!r} cannot be reported in a "
+            f"BlockStored event: {exc!r} (with events on, a request needs all_token_ids and "
+            "well-formed extra-key fields)"
+        )
 
 
 def _write_record(
@@ -354,7 +352,7 @@ def stored_rejection(
     if trial is None:
         return error
     make = build or materialize
-    return _built_or_error(request, lambda: make(trial, request, ctx))[1]
+    return _built_or_error(request, make, trial, request, ctx)[1]
 
 
 def build_stored_before(
@@ -380,7 +378,7 @@ def build_stored_before(
                                   ctx.hash_block_size, seq)
     if record is None:
         return None, error
-    return _built_or_error(request, lambda: build(record, request, ctx))
+    return _built_or_error(request, build, record, request, ctx)
 
 
 def partial_stored_rejection(
@@ -402,7 +400,7 @@ def partial_stored_rejection(
     trial = PartialStoredRecord(seq=-1, group_id=group_id, num_tokens=num_tokens,
                                 block_hash=block_hash)
     make = build or materialize
-    return _built_or_error(request, lambda: make(trial, request, ctx))[1]
+    return _built_or_error(request, make, trial, request, ctx)[1]
 
 
 EventBuilder = Callable[[EventRecord, Any, EventContext], Any]
@@ -490,13 +488,9 @@ class EventLog:
                 or (num_cached > 0 and not isinstance(block_hashes[num_cached - 1], bytes))):
             return build_stored_before(request, ctx, self._build, block_hashes, num_cached,
                                        num_full, block_size, group_id, seq)
-        try:  # _built_or_error's typing, inline (no closure per decode step)
-            return stored_event(request, ctx, make, hashes, range(num_cached, num_full),
-                                num_cached, num_full, block_size, group_id, seq), None
-        except KvPoolError as error:
-            return None, error
-        except Exception as exc:  # noqa: BLE001 - whatever the request lacks, typed
-            return None, _unreportable(request, exc)
+        return _built_or_error(request, stored_event, request, ctx, make, hashes,
+                               range(num_cached, num_full), num_cached, num_full, block_size,
+                               group_id, seq)
 
     def append(self, event: Any) -> None:
         """One event built by :attr:`build` beforehand (:meth:`stored_before`)."""

@@ -47,3 +47,16 @@ def test_simulate_with_pool_options_keeps_the_fast_policy_and_its_decisions(opti
                        warmup=False, pool_options=options)
     assert (fast.policy, generic.policy) == ("fast", "generic")
     assert fast.hit_tokens > 0 and fast.decisions() == generic.decisions()
+
+
+def test_a_recipe_with_a_bad_backend_or_option_is_a_typed_error() -> None:
+    # Refused when the manager builds its pool, as make_pool refuses them: nothing built.
+    from kvpool.errors import BackendUnavailable, InvalidConfig
+
+    with pytest.raises(BackendUnavailable, match="unknown backend"):
+        _manager(PoolRecipe("no-such-backend", {}))
+    with pytest.raises(InvalidConfig, match="unknown option"):
+        _manager(PoolRecipe("fast", {"no_such_option": 1}))
+    with pytest.raises(InvalidConfig):
+        _manager(PoolRecipe("fast", {"use_int_block_hashes": "False"}))
+    assert backend_name(PoolRecipe("no-such-backend", {})) == "no-such-backend"

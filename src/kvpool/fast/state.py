@@ -124,8 +124,7 @@ class FastState:
                 "kernels", "pop_unkeyed", "pop_unkeyed_into", "free", "check_free", "touch",
                 "pop_quiet", "pop_reported", "_cache_full", "_batch")
     """Attributes a copy rebuilds instead of copying: the jitclass, the kernel set and every
-    verb bound to compiled entry points (none of them can be pickled; a deep copy would
-    share them, bound to the original's arrays)."""
+    verb bound to compiled entry points (none of them can be pickled)."""
 
     def __getattr__(self, name: str) -> Any:
         # Only for attributes not set yet: the one-op verbs, bound here on first use.
