@@ -71,6 +71,10 @@ ids = st.lists(st.integers(-3, N + 3), max_size=7).map(lambda v: np.array(v, dty
 small = st.integers(-2, N + 2)
 
 
+one_hash = st.builds(block_hash, st.integers(0, 4).map(lambda i: f"k{i}"),
+                     st.sampled_from([32, 16, 0]))
+
+
 def hash_args(draw, m):
     hashes = [block_hash(f"k{draw(st.integers(0, 4))}", draw(st.sampled_from([32, 16, 0])))
               for _ in range(m)]
@@ -127,6 +131,9 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     if name == "lookup_one":
         key = block_hash(f"k{draw(st.integers(0, 4))}", draw(st.sampled_from([32, 16, 0])))
         return a["keys"], a["key_bytes"], a["table"], key, draw(st.sampled_from([0, 1]))
+    if name == "cache_one":
+        return (*index, draw(small), draw(one_hash), draw(st.integers(-1, 3)),
+                draw(st.sampled_from([0, 1, -1, 2**32])), events_on)
     if name == "free_blocks":
         return a["blk"], a["meta"], draw(st.booleans()), draw(st.booleans()), draw(ids)
     if name == "free_one":
@@ -238,6 +245,42 @@ def _agree(data, name: str) -> None:
     for x, y in zip(args_plain, args_compiled, strict=True):
         if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and np.array_equal(x, y), name
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), jit=st.booleans())
+def test_cache_one_is_the_batch_write_of_one_block(data, jit):
+    """``cache_one`` does what ``cache_full_blocks`` does with the one candidate, on the same
+    state and arguments, or declines (NEED_FULL: the block has a key; ERR_CAPACITY), leaving
+    every array as it found it but the per-call record count."""
+    state = built_state(data)
+    one, batch, before = copies(state), copies(state), copies(state)
+    keyed = [b for b in range(1, N) if kernels._first(state.blk, b) != -1]
+    b = data.draw(st.one_of(small, st.sampled_from(keyed)) if keyed else small)
+    key = data.draw(one_hash)
+    position = data.draw(st.integers(-1, 3))
+    group = data.draw(st.sampled_from([0, 1, -1, 2**32]))
+    ks = kernel_set(jit)
+
+    def index(a):
+        return (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"],
+                a["meta"], a["events"])
+
+    got = ks.cache_one(*index(one), b, key, position, group, state.enable_events)
+    if got in (kernels.NEED_FULL, kernels.ERR_CAPACITY):
+        before["meta"][kernels.M_EV_LEN] = 0
+        for name in ARRAYS:
+            assert np.array_equal(one[name], before[name]), name
+        if got == kernels.NEED_FULL:
+            assert kernels._first(before["blk"], b) != -1
+        return
+    expected = ks.cache_full_blocks(
+        *index(batch), np.array([b], np.int64), np.zeros(1, np.uint8),
+        np.frombuffer(key, np.uint8).copy(), np.array([len(key)], np.int64), position, 1,
+        group, False, state.enable_events)
+    assert got == expected
+    for name in ARRAYS:
+        assert np.array_equal(one[name], batch[name]), name
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="needs compiled code (no bounds checks)")

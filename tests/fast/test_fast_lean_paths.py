@@ -172,3 +172,73 @@ def test_the_cli_leaves_the_one_op_mode_of_its_host_process_alone(monkeypatch, c
     monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "packed")
     assert main(["simulate", "--backend", "fast", "--requests", "3", "--json"]) == 0
     assert os.environ["KVPOOL_FAST_ONE_OP"] == "packed"  # a caller's choice is kept
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_one_block_cache_writes_match_the_spec(events, monkeypatch):
+    """A decode step's write (one block, ``cache_one``) gives the spec's results, errors and
+    state, through every refusal: a promotion, a full index that must grow, bad ids, groups,
+    hashes and positions, the null block (with events on, the general path serves it)."""
+    from fast_twin import FastTwin
+
+    from kvpool.fast import kernels
+    from kvpool.fast.state import FastState
+
+    served: list[int] = []
+    bind = FastState.cache_one_kernel
+
+    def spied(state):
+        kernel = bind(state)
+
+        def counted(*args):
+            code = kernel(*args)
+            served.append(code)
+            return code
+        state._cache_one = counted  # kept until the index grows, as the kernel would be
+        return counted
+
+    monkeypatch.setattr(FastState, "cache_one_kernel", spied)
+    twin = FastTwin(12, enable_kv_cache_events=events)
+    request = request_with_hashes(8)
+    table = twin.get_new_blocks(8)
+    for i in range(5):  # one block at a time, each write growing the tiny index
+        twin.cache_full_blocks(request, table, i, i + 1, 16, 0)
+    # Events off, the one-block kernel served them; it refused only to let the tiny index
+    # grow (the general path grew it and wrote).
+    if events:
+        assert served == []
+    else:
+        assert set(served) == {kernels.OK, kernels.ERR_CAPACITY}, served
+        assert served.count(kernels.OK) >= 2 * len(twin.fast)
+    other = request_with_hashes(8, prefix="other")
+    bad_calls = [
+        (request, table, 0, 1, 16, 0),  # already keyed, as long: refused
+        (request, [*table[:5], 0], 5, 6, 16, 0),  # the null block: skipped
+        (request, table, 5, 6, 16, -1), (request, table, 5, 6, 16, 2**32),
+        (request, table, 5, 6, 16, 2**70), (request, table, 5, 6, 16, True),
+        (request, [*table[:5], -1], 5, 6, 16, 0), (request, [*table[:5], 12], 5, 6, 16, 0),
+        (request, [*table[:5], 2**63], 5, 6, 16, 0), (request, [*table[:5], 2**70], 5, 6, 16, 0),
+        (request, [*table[:5], True], 5, 6, 16, 0), (request, [*table[:5], 3.0], 5, 6, 16, 0),
+        (request, table, -1, 0, 16, 0), (request, table, 8, 9, 16, 0),
+        (request, table, 5, 6, 32, 0), (request, table, 5, 6, 16.0, 0),
+    ]
+    for args in bad_calls:
+        try:
+            twin.cache_full_blocks(*args)
+        except Exception:  # noqa: BLE001, S110 - the twin compared type, message and state
+            pass
+    free = twin.get_new_blocks(1)
+    twin.free_blocks(free)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the twin compares the error itself
+        twin.cache_full_blocks(request, [*table[:5], *free], 5, 6, 16, 0)  # ref 0
+    for hash_value in ("str", bytearray(32), 7):
+        odd = request_with_hashes(8, prefix="odd")
+        odd.block_hashes[5] = hash_value
+        with pytest.raises(Exception):  # noqa: B017, PT011
+            twin.cache_full_blocks(odd, table, 5, 6, 16, 0)
+    # A promotion: block 5 keyed at position 5 under another request's hash, then written
+    # at position 6 (a longer key) by this one: the general path serves it.
+    twin.cache_full_blocks(other, table, 5, 6, 16, 0)
+    twin.cache_full_blocks(request, [*table[:6], table[5]], 6, 7, 16, 0)
+    twin.cache_full_blocks(request, table, 7, 8, 16, 1)  # another group
+    assert twin.state.ref_cnt[table[0]] == 1

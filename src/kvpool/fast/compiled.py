@@ -68,6 +68,7 @@ _INLINED = frozenset((
     "_prefetch_eviction", "_remove_all_keys", "_unlink_from_key",  # eviction, per block
     "_table_delete", "_free_key_row", "_emit",
     "_new_key", "_table_insert", "_slot", "_add_entry", "_link_at_key_tail",  # insertion
+    "_candidate_refusal", "_key_block", "_key_unkeyed_block",  # a cache write, per block
     "_unlink", "_link_after", "_append", "_release", "_take_ref",  # the queue
 ))
 """Helpers Numba inlines into their callers before LLVM sees them: the ones called per block
@@ -343,6 +344,7 @@ SIGNATURES: dict[str, tuple] = {
         _int,
         (*_INDEX, _i64, _i64, _i64, _u8, _i64, _int, _int, _bool, _bool),
     ),
+    "cache_one": (_int, (*_INDEX, _int, _bytes, _int, _int, _bool)),
     "cache_partial_block": (_int, (*_INDEX, _int, _u8, _int, _int, _bool, _bool)),
     "move_block_hashes": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i64, _int, _int)),
     "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _bool)),

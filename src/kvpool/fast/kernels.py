@@ -131,7 +131,7 @@ ERR_KEYED = 7  # a block already carries an equal or longer key
 ERR_DST_KEYED = 8
 ERR_ARGUMENT = 9  # negative count or malformed shapes (the shell checks these first)
 ERR_CAPACITY = 10  # the state did not grow an array first: a bug, never user input
-NEED_FULL = 11  # the lean allocation path declines; use the full kernel
+NEED_FULL = 11  # a lean kernel declines (changing nothing): use the full one
 REFUSED = 12  # admit_request: the admission test failed (not an error; nothing changed)
 ERR_REF_OVERFLOW = 13  # touch past MAX_REF_CNT; M_ERR_INDEX = first position that overflows
 
@@ -1137,15 +1137,42 @@ def _check_candidates(blk, blk64, meta, cand, mask, num_cached, ratio, use_mask)
         if mark & 1:
             code = ERR_DUPLICATE
         elif mark & 2 == 0:
-            if blk[b, REF] == 0:
-                code = ERR_FREE_BLOCK
-            elif _first(blk, b) != -1 and blk64[b, TOKENS] >= (num_cached + i + 1) * ratio:
-                code = ERR_KEYED
+            code = _candidate_refusal(blk, blk64, b, num_cached + i, ratio)
         if code != OK:
             meta[M_ERR_INDEX] = i
             return code
         blk[b, MARK] = mark | 1
     return OK
+
+
+def _candidate_refusal(blk, blk64, b, position, ratio):
+    """Why block ``b`` (not null, not allocated by this call) cannot be keyed at table
+    ``position``: ERR_FREE_BLOCK (ref 0), ERR_KEYED (a key already covers its tokens), or OK."""
+    if blk[b, REF] == 0:
+        return ERR_FREE_BLOCK
+    if _first(blk, b) != -1 and blk64[b, TOKENS] >= (position + 1) * ratio:
+        return ERR_KEYED
+    return OK
+
+
+def _key_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b, buf, off, length,
+               group, units, events_on):
+    """Key validated block ``b`` with hash ``buf[off:off+length]`` covering ``units``
+    hbs-units: its old keys go first (a promotion, EV_REMOVED each), then the new primary."""
+    if _first(blk, b) != -1:
+        _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
+    _key_unkeyed_block(blk, blk64, ent, keys, key_bytes, table, meta, b, buf, off, length,
+                       group, units)
+
+
+def _key_unkeyed_block(blk, blk64, ent, keys, key_bytes, table, meta, b, buf, off, length,
+                       group, units):
+    """:func:`_key_block` of a block that has no key: the key found or stored, the pair added."""
+    h = _hash_key(buf, off, length, group)
+    kid = _find_key(keys, key_bytes, table, buf, off, length, group, h)
+    if kid == -1:
+        kid = _new_key(keys, key_bytes, table, meta, buf, off, length, group, h)
+    _add_entry(blk, blk64, ent, keys, meta, kid, b, units)
 
 
 def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
@@ -1157,13 +1184,8 @@ def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, can
         b = cand[i]
         length = lens[i]
         if b != 0 and not (use_mask and mask[i] == 0):
-            if _first(blk, b) != -1:
-                _remove_all_keys(blk, blk64, ent, keys, table, meta, events, b, events_on)
-            h = _hash_key(buf, off, length, group)
-            kid = _find_key(keys, key_bytes, table, buf, off, length, group, h)
-            if kid == -1:
-                kid = _new_key(keys, key_bytes, table, meta, buf, off, length, group, h)
-            _add_entry(blk, blk64, ent, keys, meta, kid, b, (num_cached + i + 1) * ratio)
+            _key_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b, buf, off,
+                       length, group, (num_cached + i + 1) * ratio, events_on)
         off += length
     if events_on:
         _emit(events, meta, EV_STORED, payload)
@@ -1202,6 +1224,41 @@ def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, can
         return ERR_CAPACITY
     _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
                       lens, num_cached, ratio, group, use_mask, events_on, 0)
+    return OK
+
+
+def cache_one(blk, blk64, ent, keys, key_bytes, table, meta, events, b, block_hash, position,
+              group, events_on):
+    """:func:`cache_full_blocks` of the one candidate ``b`` at table position ``position``,
+    hashed ``block_hash`` (``bytes``, read in place), block size = hash block size: a decode
+    step's write, without the arrays a batch needs. Same checks in the same order, same
+    state, same records; two refusals that change nothing send the caller to
+    :func:`cache_full_blocks`: NEED_FULL for a block that has a key already (a promotion,
+    rare, and left out of this kernel to keep its compile short) and ERR_CAPACITY."""
+    blk, blk64, ent, keys, key_bytes, table, meta, events = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
+        _raw(meta), _raw(events))
+    meta[M_EV_LEN] = 0
+    if b < 0 or b >= blk.shape[0] - 2:
+        meta[M_ERR_INDEX] = 0
+        return ERR_BLOCK_ID
+    if position < 0 or group < 0 or group > 0xFFFFFFFF:
+        return ERR_ARGUMENT
+    length = len(block_hash)
+    if b != 0:
+        code = _candidate_refusal(blk, blk64, b, position, 1)
+        if code != OK:
+            meta[M_ERR_INDEX] = 0
+            return code
+        if _first(blk, b) != -1:
+            return NEED_FULL
+    if not _room_for(ent, keys, key_bytes, table, meta, events, 1, length, events_on):
+        return ERR_CAPACITY
+    if b != 0:
+        _key_unkeyed_block(blk, blk64, ent, keys, key_bytes, table, meta, b, block_hash, 0,
+                           length, group, position + 1)
+    if events_on:
+        _emit(events, meta, EV_STORED, 0)
     return OK
 
 
@@ -1788,3 +1845,4 @@ def h_pop(s, n):
         r = get_new_blocks_quiet(s.blk, s.blk64, s.ent, s.keys, s.table, s.meta, s.out,
                                  s.caching, n)
     return r
+

@@ -96,6 +96,7 @@ class FastState:
         self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
         self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
         self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
+        self._cache_one: Callable[..., int] | None = None  # cache_one_kernel(), likewise
         self.no_ids = np.empty(0, np.int64)
         # (group, hash bits, seq) per removal reported (report_removals): one per record
         self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
@@ -122,7 +123,7 @@ class FastState:
     seconds, is not cached on disk: a process that never calls one never pays for it)."""
     _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS,
                 "kernels", "pop_unkeyed", "pop_unkeyed_into", "free", "check_free", "touch",
-                "pop_quiet", "pop_reported", "_cache_full", "_batch")
+                "pop_quiet", "pop_reported", "_cache_full", "_cache_one", "_batch")
     """Attributes a copy rebuilds instead of copying: the jitclass, the kernel set and every
     verb bound to compiled entry points (none of them can be pickled)."""
 
@@ -191,7 +192,7 @@ class FastState:
         self.kernels = kernel_set(state.pop("_jit"))
         self.__dict__.update(state)
         self.arrays = None  # rebuilt over the copied arrays on first use
-        self._cache_full = self._batch = None
+        self._cache_full = self._cache_one = self._batch = None
         self._bind_verbs()
 
     def _bind_index_verbs(self) -> None:
@@ -274,7 +275,7 @@ class FastState:
                 and max_len + 4 <= self.key_bytes.shape[1]
                 and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
             return  # the common case: room everywhere
-        self._idx = self._batch = self._cache_full = None
+        self._idx = self._batch = self._cache_full = self._cache_one = None
         if self.ent.shape[0] - ent_used < pairs:
             self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
         if self.keys.shape[0] - key_used < pairs:
@@ -302,7 +303,7 @@ class FastState:
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
                 self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
-                self._idx = self._batch = self._cache_full = None
+                self._idx = self._batch = self._cache_full = self._cache_one = None
                 self.pop_reported = self._bind_pop_reported
 
     # -- operations (codes as the kernels return them) ---------------------------------------
@@ -363,6 +364,15 @@ class FastState:
         fn = self._cache_full
         if fn is None:
             fn = self._cache_full = partial(self.kernels.cache_full_blocks, *self._index())
+        return fn
+
+    def cache_one_kernel(self) -> Callable[..., int]:
+        """``cache_one(b, hash, position, group, events_on)`` with the index arrays bound
+        (rebound when an array grows): a decode step's one-block write. It refuses
+        (``ERR_CAPACITY``, nothing changed) when the index must grow first."""
+        fn = self._cache_one
+        if fn is None:
+            fn = self._cache_one = partial(self.kernels.cache_one, *self._index())
         return fn
 
     def _batch_kernels(self) -> tuple[Any, Any, Any]:
