@@ -341,8 +341,8 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         arguments that pass every argument check, ``block_size == hash_block_size``, no
         mask); anything else goes through the shell, whose checks then raise in the spec's
         order. Only the candidates are read (:func:`~kvpool.shell.candidate_table`), so a
-        decode step's one-block write is O(1) however long the table; with events off it
-        builds no array at all (:func:`~kvpool.fast.kernels.cache_one`). O(candidates).
+        decode step's one-block write is O(1) however long the table, and builds no array
+        (:func:`~kvpool.fast.kernels.cache_one`). O(candidates).
         """
         if self._delivering:
             self._refuse_reentry("cache_full_blocks")
@@ -350,20 +350,34 @@ class FastBlockPool(FastBatchVerbs, PoolShell):
         hashes: Any = getattr(request, "block_hashes", None)
         # A decode step fills one block: the plain case in a handful of tests and one kernel
         # call (cache_one checks the id, the group and the block, and refuses, changing
-        # nothing, when the index must grow); a refusal takes the path below, which says why.
+        # nothing, a promotion or a write the index must grow for); a refusal takes the
+        # path below, which says why. The event, if any, is built first, as below.
         if (num_cached.__class__ is int and num_full.__class__ is int
                 and num_full - num_cached == 1 and block_mask is None
                 and blocks.__class__ is list and kv_cache_group_id.__class__ is int
                 and block_size == self.hash_block_size and block_size.__class__ is int
                 and 0 <= num_cached and num_full <= len(blocks)
                 and type(hashes) in _HASH_LISTS and num_full <= len(hashes)
-                and self.enable_caching and not self.enable_kv_cache_events):
+                and self.enable_caching):
             b, h = blocks[num_cached], hashes[num_cached]
-            if (b.__class__ is int and h.__class__ is bytes and 0 <= b < 2**63
-                    and 0 <= kv_cache_group_id <= MAX_GROUP_ID
-                    and (self._st._cache_one or self._st.cache_one_kernel())(
-                        b, h, num_cached, kv_cache_group_id, False) == k.OK):
-                return None
+            if (b.__class__ is int and h.__class__ is bytes and 0 < b < 2**63
+                    and 0 <= kv_cache_group_id <= MAX_GROUP_ID):
+                events_on = self.enable_kv_cache_events
+                if events_on:
+                    seq = self._meta.item(k.M_EVENT_COUNT)
+                    event, error = self._events.stored_before(
+                        request, hashes, num_cached, num_full, block_size, kv_cache_group_id,
+                        seq)
+                    if error is not None:
+                        raise error
+                code = (self._st._cache_one or self._st.cache_one_kernel())(
+                    b, h, num_cached, kv_cache_group_id, events_on)
+                if code == k.OK:
+                    if events_on:  # the write recorded exactly its BlockStored
+                        if not self._st.take_stored(seq):
+                            raise self._internal(code)
+                        self._events.append(event)
+                    return None
         if (block_mask is None and type(blocks) is list and type(hashes) in _HASH_LISTS
                 and type(num_cached) is int and type(num_full) is int
                 and type(kv_cache_group_id) is int and self.enable_caching

@@ -71,6 +71,13 @@ def _shared_fields(ours: type, theirs: type) -> tuple[str, ...]:
 
 
 _STORED_FIELDS = _shared_fields(BlockStored, vllm_events.BlockStored)
+_STORED_DIRECT = frozenset(("block_hashes", "parent_block_hash", "token_ids", "block_size",
+                            "lora_id", "medium", "lora_name", "extra_keys", "group_idx",
+                            "kv_cache_spec_kind", "kv_cache_spec_sliding_window"))
+_OPTIONAL = frozenset(("session_id", "lookahead_token_ids"))
+"""What kvpool builds a ``BlockStored`` from and vLLM's has in every version the drop-in
+serves, and what only some versions have: while the fields are these, the builder names them
+(``stored_direct``) instead of filtering them per event."""
 _REMOVED_FIELDS = _shared_fields(BlockRemoved, vllm_events.BlockRemoved)
 
 
@@ -112,10 +119,37 @@ def vllm_event_builder(metadata: Sequence[tuple[Any, Any]]) -> EventBuilder:
     if {"block_hashes", "medium", "group_idx"} <= removed_names:
         removed = removed_direct  # type: ignore[assignment]
 
+
     def cleared(**fields: Any) -> Any:
         return vllm_events.AllBlocksCleared()
 
-    return partial(materialize, stored=stored, removed=removed, cleared=cleared)
+    # vLLM 0.33 also reports the session and the lookahead tokens; 0.25 has neither field.
+    keep_optional = _OPTIONAL <= stored_names
+
+    def stored_direct(block_hashes: Any, parent_block_hash: Any, token_ids: Any,
+                      block_size: int, lora_id: Any, medium: Any, lora_name: Any,
+                      extra_keys: Any, group_idx: Any, seq: int, session_id: Any = None,
+                      lookahead_token_ids: Any = None) -> Any:
+        # vLLM's fields by name, annotated in the constructor: half the cost of
+        # filtering them (a decode step with events on builds one per block it fills).
+        if group_idx is None or not 0 <= group_idx < len(metadata):
+            return stored(block_hashes=block_hashes, parent_block_hash=parent_block_hash,
+                          token_ids=token_ids, block_size=block_size, lora_id=lora_id,
+                          medium=medium, lora_name=lora_name, extra_keys=extra_keys,
+                          group_idx=group_idx, seq=seq, session_id=session_id,
+                          lookahead_token_ids=lookahead_token_ids)
+        kind, window = metadata[group_idx]
+        optional = {"session_id": session_id, "lookahead_token_ids": lookahead_token_ids} \
+            if keep_optional else {}
+        return vllm_events.BlockStored(
+            block_hashes=block_hashes, parent_block_hash=parent_block_hash, token_ids=token_ids,
+            block_size=block_size, lora_id=lora_id, medium=medium, lora_name=lora_name,
+            extra_keys=extra_keys, group_idx=group_idx, kv_cache_spec_kind=kind,
+            kv_cache_spec_sliding_window=window, **optional)
+
+    direct = _STORED_DIRECT <= stored_names and (keep_optional or not stored_names & _OPTIONAL)
+    return partial(materialize, stored=stored_direct if direct else stored, removed=removed,
+                   cleared=cleared)
 
 
 class VllmBlockPool:
