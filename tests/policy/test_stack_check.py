@@ -11,7 +11,7 @@ import pytest
 
 from kvpool.harness.bugs.stack import PLANTED_POLICY
 from kvpool.harness.stack.configs import CONFIGURATIONS
-from kvpool.harness.stack.machine import run_stack_check
+from kvpool.harness.stack.run import run_stack_check
 
 CI_STEPS = 600
 PLANTED_BUDGET = 2500

@@ -1,6 +1,6 @@
 """``kvpool check --layer stack``: the whole-stack differential check, per configuration.
 
-Calls :func:`kvpool.harness.stack.machine.run_stack_check` once per model configuration
+Calls :func:`kvpool.harness.stack.run.run_stack_check` once per model configuration
 (:data:`kvpool.harness.stack.configs.CONFIGURATIONS`, all by default) with ``--steps`` steps
 each and prints one line per configuration, or ``--json``. A backend name is a pool backend
 under the generic policy; ``fast-policy`` is :mod:`kvpool.policy.fast` over the fast pool,
@@ -25,7 +25,7 @@ from kvpool.errors import BackendUnavailable
 def run_stack(args: argparse.Namespace) -> int:
     from kvpool.harness.bugs.stack import PLANTED_POLICY
     from kvpool.harness.stack.configs import CONFIGURATIONS
-    from kvpool.harness.stack.machine import run_stack_check
+    from kvpool.harness.stack.run import run_stack_check
 
     if args.list_planted:
         for name, bug in PLANTED_POLICY.items():

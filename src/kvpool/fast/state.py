@@ -28,7 +28,6 @@ from kvpool.errors import InvalidConfig
 from kvpool.fast import kernels as k
 from kvpool.fast.compiled import kernel_set, pool_arrays_class
 from kvpool.keys import GROUP_ID_BYTES
-from kvpool.spec.state import NULL_BLOCK_ID, PoolState
 
 MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
 INITIAL_ROWS = 64  # entry and key rows; doubled on demand
@@ -563,77 +562,6 @@ class FastState:
 
     def ref_cnt(self, block_id: int) -> int:
         return int(self.blk[block_id, k.REF])
-
-    def key_of_entry(self, e: int) -> bytes:
-        kid = int(self.ent[e, k.E_KEY])
-        return self.key_bytes[kid, : int(self.keys[kid, k.K_LEN])].tobytes()
-
-    def queue(self) -> list[int]:
-        count = self.kernels.queue_order(self.blk, self.out)
-        return self.out[:count].tolist()
-
-    def block_keys(self) -> dict[int, list[bytes]]:
-        """Each keyed block's keys, primary first, then secondaries in insertion order."""
-        first = k._decoded_links(self.blk)[2][: self.num_blocks].tolist()
-        bnext = self.ent[:, k.E_BNEXT].tolist()
-        out: dict[int, list[bytes]] = {}
-        for b, e in enumerate(first):
-            while e != -1:
-                out.setdefault(b, []).append(self.key_of_entry(e))
-                e = bnext[e]
-        return out
-
-    def key_chains(self) -> dict[bytes, tuple[int, ...]]:
-        """Each key's blocks, earliest inserted first."""
-        heads = self.keys[: int(self.meta[k.M_KEY_HIGH]), k.K_HEAD].tolist()
-        knext = self.ent[:, k.E_KNEXT].tolist()
-        owner = self.ent[:, k.E_BLOCK].tolist()
-        out: dict[bytes, tuple[int, ...]] = {}
-        for kid, e in enumerate(heads):
-            chain = []
-            while e >= 0:
-                chain.append(owner[e])
-                e = knext[e]
-            if chain:
-                length = int(self.keys[kid, k.K_LEN])
-                out[self.key_bytes[kid, :length].tobytes()] = tuple(chain)
-        return out
-
-    def watchers(self) -> tuple[int, ...]:
-        """Watched blocks in watcher-table (stamp) order."""
-        stamps = self.blk64[: self.num_blocks, k.WATCH]
-        watched = np.nonzero(stamps)[0]
-        return tuple(watched[np.argsort(stamps[watched], kind="stable")].tolist())
-
-    def primary_units(self) -> list[int]:
-        return self.blk64[: self.num_blocks, k.TOKENS].tolist()
-
-    def to_pool_state(self, hash_block_size: int) -> PoolState:
-        """Everything observable, as the spec's state value (O(N + keys); for comparisons)."""
-        n = self.num_blocks
-        keys = self.block_keys()
-        primary: list[bytes | None] = [None] * n
-        tokens: list[int | None] = [None] * n
-        units = self.primary_units()
-        for b, block_keys in keys.items():
-            primary[b] = block_keys[0]
-            tokens[b] = units[b] * hash_block_size
-        ref = self.blk[:n, k.REF].tolist()
-        ref[NULL_BLOCK_ID] = 0  # not maintained for the null block
-        return PoolState(
-            num_blocks=n,
-            enable_caching=self.enable_caching,
-            hash_block_size=hash_block_size,
-            enable_events=self.enable_events,
-            ref_cnt=tuple(ref),
-            free_queue=tuple(self.queue()),
-            primary_key=tuple(primary),
-            primary_tokens=tuple(tokens),
-            secondary_keys={b: tuple(ks[1:]) for b, ks in keys.items() if len(ks) > 1},
-            cache=self.key_chains(),
-            watchers=self.watchers(),
-            event_count=self.meta.item(k.M_EVENT_COUNT),
-        )
 
 
 ONE_OP_MODES = ("packed", "cached")

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvpool.harness.stack.configs import CONFIGURATIONS
-from kvpool.harness.stack.machine import StackDivergence, run_stack_check
+from kvpool.harness.stack.machine import StackDivergence
+from kvpool.harness.stack.run import run_stack_check
 
 EXPLANATIONS = {
     "hybrid-truncates-every-full-attention-group":

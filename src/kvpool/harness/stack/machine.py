@@ -19,20 +19,24 @@ words; ``kvpool check --layer stack --configuration C --seed S --steps N`` repla
 
 from __future__ import annotations
 
-import logging
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclasses_fields
 from typing import Any
 
 from kvpool.errors import KvPoolError
 from kvpool.harness.stack import invariants as inv
-from kvpool.harness.stack.configs import CONFIGURATIONS, StackConfiguration
+from kvpool.harness.stack.compare import (
+    Outcome,
+    event_fields,
+    first_difference,
+    normalize,
+    outcome_difference,
+    pool_projection,
+)
+from kvpool.harness.stack.configs import StackConfiguration
 from kvpool.hashing import BlockHasher, get_request_block_hasher
-from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
 from kvpool.policy.request import RequestStatus, SchedulerRequest
 
@@ -79,45 +83,6 @@ def build_stack_manager(name: str, kwargs: dict[str, Any]) -> Any:
 
     served = fast_policy_class(**kwargs, backend="fast")
     return None if isinstance(served, str) else served(**kwargs, backend="fast")
-
-
-def pool_projection(stack: Stack) -> Any:
-    """What a foreign pool and a kvpool pool can both show: ref counts (null block aside:
-    vLLM 0.25.1 counts on it), the free queue, each block's primary key, and the map."""
-    if not stack.native:
-        return stack.manager.pool_projection()
-    state = stack.manager.block_pool.abstract().state
-    return (state.ref_cnt[1:], tuple(state.free_queue), state.primary_key[1:],
-            {k: tuple(v) for k, v in state.cache.items()})
-
-
-def event_fields(event: Any) -> dict[str, Any]:
-    """An event as its type and fields, without kvpool's ``seq`` and without 0.33-only
-    fields left at their defaults (vLLM 0.25.1 has none of them)."""
-    fields = getattr(type(event), "__struct_fields__", None)
-    if fields is None:
-        fields = [f.name for f in dataclasses_fields(event)]
-    out = {"type": type(event).__name__}
-    for name in fields:
-        value = getattr(event, name)
-        if name == "seq" or name in _LATER_FIELDS and value is None:
-            continue
-        out[name] = value
-    return out
-
-
-_LATER_FIELDS = {"locality", "ownership", "session_id", "lookahead_token_ids"}
-
-
-Outcome = tuple[Any, ...]
-
-
-def _normalize(value: Any) -> Any:
-    if isinstance(value, KVCacheBlocks):
-        return ("blocks", value.get_block_ids())
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], KVCacheBlocks):
-        return ("hit", value[0].get_block_ids(), value[1])
-    return value
 
 
 class StackMachine:
@@ -199,14 +164,14 @@ class StackMachine:
         outcomes: list[Outcome] = []
         for stack in self.stacks:
             try:
-                outcomes.append(("ok", _normalize(call(stack))))
+                outcomes.append(("ok", normalize(call(stack))))
             except KvPoolError as error:
                 outcomes.append(("error", type(error).__name__))
             except Exception as error:  # noqa: BLE001 - an untyped error is a finding
                 outcomes.append(("crash", f"{type(error).__name__}: {error}"))
         for stack, outcome in zip(self.stacks[1:], outcomes[1:], strict=True):
             if outcome != outcomes[0]:
-                difference = _outcome_difference(self.stacks[0].name, outcomes[0],
+                difference = outcome_difference(self.stacks[0].name, outcomes[0],
                                                  stack.name, outcome)
                 self.fail(f"{what}: {difference}", what, (outcomes[0], outcome))
         if outcomes[0][0] == "crash":
@@ -234,7 +199,7 @@ class StackMachine:
                 view = self._pool_view(stack)
                 if view != view0:
                     self.fail(f"pool state differs on {stack.name}: "
-                              f"{_first_difference(view0, view)}")
+                              f"{first_difference(view0, view)}")
             if not stack.native:
                 continue
             problems = (
@@ -253,7 +218,7 @@ class StackMachine:
 
     def _pool_view(self, stack: Stack) -> Any:
         if self.foreign:
-            return pool_projection(stack)
+            return pool_projection(stack.manager, stack.native)
         abstract = stack.manager.block_pool.abstract()
         return abstract.state, abstract.pending_events
 
@@ -600,94 +565,4 @@ class StackMachine:
                 self.fail(f"rejected call changed {stack.name}")
 
 
-def _outcome_difference(name0: str, a: Outcome, name1: str, b: Outcome) -> str:
-    """Two outcomes, or for two lists their first differing element."""
-    if a[0] == b[0] == "ok" and isinstance(a[1], list) and isinstance(b[1], list):
-        for i, (x, y) in enumerate(zip(a[1], b[1], strict=False)):
-            if x != y:
-                return f"item {i} differs: {name0} {x!r}, {name1} {y!r}"
-        return f"{name0} gave {len(a[1])} items, {name1} {len(b[1])}"
-    return f"{name0} gave {a!r}, {name1} gave {b!r}"
-
-
-def _first_difference(a: Any, b: Any) -> str:
-    """Where two pool views first differ (for the failure message)."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            if isinstance(x, tuple) and isinstance(y, tuple):
-                for j, (u, v) in enumerate(zip(x, y, strict=False)):
-                    if u != v:
-                        return f"part {i}, index {j}: {u!r} vs {v!r}"
-                return f"part {i}: lengths {len(x)} vs {len(y)}"
-            return f"part {i} differs"
-    return "lengths differ"
-
-
-@dataclass
-class StackReport:
-    """What one configuration's run found."""
-
-    configuration: str
-    backends: tuple[str, ...]
-    seed: int
-    steps: int
-    divergences: int
-    elapsed_s: float
-    failure: str | None = None
-    coverage: dict[str, int] = field(default_factory=dict)
-    error: StackDivergence | None = field(default=None, repr=False, compare=False)
-    #: Stacks named but not built (the fast policy where it does not serve the model).
-    skipped: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.divergences == 0
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(configuration=self.configuration, backends=list(self.backends),
-                    seed=self.seed, steps=self.steps, divergences=self.divergences,
-                    elapsed_s=round(self.elapsed_s, 3), failure=self.failure,
-                    coverage=self.coverage, skipped=list(self.skipped))
-
-
-def run_stack_check(configuration: str | StackConfiguration, backends: Sequence[str],
-                    steps: int, seed: int | None = None,
-                    extra: Sequence[Callable[[StackConfiguration], tuple[str, Any]]] = (),
-                    progress: Callable[[int], None] | None = None,
-                    foreign: Callable[[StackConfiguration], Any] | None = None) -> StackReport:
-    """Run ``steps`` stack steps of one configuration; stop at the first divergence.
-
-    ``foreign`` builds a non-kvpool facade (vLLM's) that becomes the oracle."""
-    config = CONFIGURATIONS[configuration] if isinstance(configuration, str) else configuration
-    if seed is None:
-        seed = random.randrange(2**32)
-    machine = StackMachine(config, backends, seed, extra, foreign)
-    start = time.perf_counter()
-    failure = None
-    error: StackDivergence | None = None
-    log = logging.getLogger("kvpool")
-    level = log.level
-    log.setLevel(logging.ERROR)  # failed resets warn by design; thousands of lines otherwise
-    try:
-        machine.run(steps, progress)
-    except StackDivergence as found:
-        failure, error = str(found), found
-    finally:
-        log.setLevel(level)
-    report = StackReport(config.name, tuple(s.name for s in machine.stacks), seed,
-                         machine.steps, 0 if failure is None else 1,
-                         time.perf_counter() - start, failure, dict(machine.coverage),
-                         skipped=tuple(machine.skipped))
-    report.error = error
-    return report
-
-
-__all__ = [
-    "Stack",
-    "StackDivergence",
-    "StackMachine",
-    "StackReport",
-    "event_fields",
-    "pool_projection",
-    "run_stack_check",
-]
+__all__ = ["FAST_POLICY", "Stack", "StackDivergence", "StackMachine", "build_stack_manager"]
