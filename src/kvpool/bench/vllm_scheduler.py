@@ -125,10 +125,20 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
         "rounds": config.rounds, "digest": runs["vllm"][0]["digest"], "sides": sides,
         "ratios": {"manager": v["manager_cpu_s"] / k["manager_cpu_s"],
                    "scheduler": v["scheduler_cpu_s"] / k["scheduler_cpu_s"]},
+        "ratio_ranges": {"manager": _round_ratios(runs, "manager_cpu_s"),
+                         "scheduler": _round_ratios(runs, "scheduler_cpu_s")},
         "targets": {"manager": 5.0, "scheduler": 1.6, "first_step_s": 1.0},
         "start": {"install_s": install_s, "first_step_cpu_s": first["first_step_cpu_s"]},
         **({"by_method": by_method} if by_method is not None else {}),
     }
+
+
+def _round_ratios(runs: dict[str, list[dict[str, Any]]], key: str) -> tuple[float, float]:
+    """The lowest and highest vLLM / kvpool ratio of one round (its two runs ran back to back):
+    how far a shared machine moves the figure between rounds."""
+    ratios = [v[key] / k[key] for v, k in zip(runs["vllm"], runs["kvpool"], strict=True)
+              if k[key]]
+    return (min(ratios), max(ratios)) if ratios else (0.0, 0.0)
 
 
 def _by_method(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -170,19 +180,26 @@ def render_rows(result: dict[str, Any]) -> list[list[str]]:
     """The table rows of a result: figure, vLLM, kvpool, ratio, target."""
     v, k = result["sides"]["vllm"], result["sides"]["kvpool"]
     r, t = result["ratios"], result["targets"]
+    ranges = result.get("ratio_ranges", {})
 
     def verdict(ratio: float, goal: float) -> str:
         return f">= {goal:g}x {'met' if ratio >= goal else 'missed'}"
+
+    def spread(name: str) -> str:
+        lo, hi = ranges.get(name, (0.0, 0.0))
+        return f"{lo:.2f}-{hi:.2f}x" if result["rounds"] > 1 and hi else ""
 
     return [
         ["KV manager CPU, whole trace", f"{v['manager_cpu_s']:.3f} s",
          f"{k['manager_cpu_s']:.3f} s", f"{r['manager']:.2f}x",
          verdict(r["manager"], t["manager"])],
+        ["  ratio, lowest-highest round", "", "", spread("manager"), ""],
         ["KV manager CPU per step", f"{v['manager_us_per_step']:.0f} us",
          f"{k['manager_us_per_step']:.0f} us", f"{r['manager']:.2f}x", ""],
         ["scheduler step CPU", f"{v['scheduler_us_per_step']:.0f} us",
          f"{k['scheduler_us_per_step']:.0f} us", f"{r['scheduler']:.2f}x",
          verdict(r["scheduler"], t["scheduler"])],
+        ["  ratio, lowest-highest round", "", "", spread("scheduler"), ""],
         ["manager share of the step", f"{100 * v['manager_share']:.0f} %",
          f"{100 * k['manager_share']:.0f} %", "", ""],
         ["install() (warm disk cache)", "", f"{result['start']['install_s']:.2f} s", "", ""],
