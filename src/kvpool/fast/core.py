@@ -244,17 +244,6 @@ class FastCore(PoolShell):
 
     # -- core: the prefix cache -------------------------------------------------------------
 
-    def _check_lookup_arguments(self, block_hash_ok: bool, what: object,
-                                group_ids: Sequence[object]) -> None:
-        if not block_hash_ok:
-            raise InvalidArgument(f"block_hash must be bytes, got {type(what).__name__}")
-        if not group_ids:
-            raise InvalidArgument("get_cached_block needs at least one group id")
-        for g in group_ids:
-            error = pre.bad_group_id(g)
-            if error:
-                raise error
-
     def _lookup_arrays(self, group_ids: tuple[int, ...], width: int):
         """``(group ids, output)`` arrays for a lookup of ``width`` hashes; kept per group
         tuple and grown as needed (the output may be wider than asked)."""
@@ -267,7 +256,9 @@ class FastCore(PoolShell):
         return arrays
 
     def _core_get_cached_block(self, block_hash: bytes, group_ids: tuple[int, ...]):
-        self._check_lookup_arguments(isinstance(block_hash, bytes), block_hash, group_ids)
+        error = pre.get_cached_block_rejection(self._dims, block_hash, group_ids)  # type: ignore[arg-type]
+        if error:  # the shell checked these; the core refuses them on its own too
+            raise error
         groups, out = self._lookup_arrays(group_ids, 1)
         lens = uniform_lens(1, len(block_hash))
         code = self._st.lookup(np.frombuffer(block_hash, np.uint8), lens, groups, out)

@@ -195,12 +195,8 @@ class FastBlockPool(FastBatchVerbs, FastCore):
                     and 0 <= kv_cache_group_id <= MAX_GROUP_ID):
                 events_on = self.enable_kv_cache_events
                 if events_on:
-                    seq = self._meta.item(k.M_EVENT_COUNT)
-                    event, error = self._events.stored_before(
-                        request, hashes, num_cached, num_full, block_size, kv_cache_group_id,
-                        seq)
-                    if error is not None:
-                        raise error
+                    event, seq = self._event_before(request, hashes, num_cached, num_full,
+                                                    block_size, kv_cache_group_id)
                 code = (self._st._cache_one or self._st.cache_one_kernel())(
                     b, h, num_cached, kv_cache_group_id, events_on)
                 if code == k.OK:
@@ -235,12 +231,8 @@ class FastBlockPool(FastBatchVerbs, FastCore):
                     self.check_reportable(request, hashes, len(blocks), num_cached, num_full,
                                           block_size, kv_cache_group_id, None)
                 else:  # every position is keyed: the event is built once, beforehand
-                    seq = self._meta.item(k.M_EVENT_COUNT)
-                    event, error = self._events.stored_before(
-                        request, hashes, num_cached, num_full, block_size, kv_cache_group_id,
-                        seq)
-                    if error is not None:
-                        raise error
+                    event, seq = self._event_before(request, hashes, num_cached, num_full,
+                                                    block_size, kv_cache_group_id)
             if len(values) == 1 and -(2**63) <= values[0] < 2**63:
                 cand = self._cand1  # one block fills per decode step: skip building an array
                 cand[0] = values[0]
@@ -270,6 +262,17 @@ class FastBlockPool(FastBatchVerbs, FastCore):
             return None
         return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                          block_size, kv_cache_group_id, block_mask)
+
+    def _event_before(self, request: Any, hashes: Any, num_cached: int, num_full: int,
+                      block_size: int, group: int) -> tuple[Any, int]:
+        """A cache write's ``BlockStored`` and the sequence number it carries, built before
+        the write (so a request no event can describe is refused with the pool unmoved)."""
+        seq = self._meta.item(k.M_EVENT_COUNT)
+        event, error = self._events.stored_before(request, hashes, num_cached, num_full,
+                                                  block_size, group, seq)
+        if error is not None:
+            raise error
+        return event, seq
 
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: Sequence[int]
                          ) -> list[int] | None:
