@@ -68,14 +68,16 @@ _INLINED = frozenset((
     "_prefetch_eviction", "_remove_all_keys", "_unlink_from_key",  # eviction, per block
     "_table_delete", "_free_key_row", "_emit",
     "_new_key", "_table_insert", "_slot", "_add_entry", "_link_at_key_tail",  # insertion
-    "_candidate_refusal", "_key_block", "_key_unkeyed_block",  # a cache write, per block
     "_unlink", "_link_after", "_append", "_release", "_take_ref",  # the queue
 ))
 """Helpers Numba inlines into their callers before LLVM sees them: the ones called per block
 or per key. A call to a helper costs its array arguments' structs (nine words each for a 2-d
 array) and, more, ends every optimisation across it; inlined, the loop of ``_pop_front`` or
 ``_cache_candidates`` is one function. ``_pop_front`` and ``_cache_candidates`` themselves
-stay calls (one per kernel call; inlining them into every kernel tripled the compile time)."""
+stay calls (one per kernel call; inlining them into every kernel tripled the compile time),
+and so do ``_key_block`` and ``_candidate_refusal``, which the batch write shares with
+``cache_one``: inlined, they took ``cache_full_blocks``' compile from 8 to 19 s, for no
+measured gain."""
 _CALLED_BY_HANDLE_KERNELS = ("lookup_one", "touch_one", "free_one", "get_new_blocks_unkeyed",
                              "get_new_blocks_quiet")
 
