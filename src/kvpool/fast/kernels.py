@@ -1845,4 +1845,3 @@ def h_pop(s, n):
         r = get_new_blocks_quiet(s.blk, s.blk64, s.ent, s.keys, s.table, s.meta, s.out,
                                  s.caching, n)
     return r
-

@@ -119,7 +119,6 @@ def vllm_event_builder(metadata: Sequence[tuple[Any, Any]]) -> EventBuilder:
     if {"block_hashes", "medium", "group_idx"} <= removed_names:
         removed = removed_direct  # type: ignore[assignment]
 
-
     def cleared(**fields: Any) -> Any:
         return vllm_events.AllBlocksCleared()
 
