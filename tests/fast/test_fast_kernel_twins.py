@@ -101,11 +101,16 @@ def step_plan(draw) -> tuple:
     return np.array(plan, dtype=np.int64), freed, buf, lens
 
 
+def index_arrays(a: dict) -> tuple:
+    """The arrays every hash-index kernel takes first, from the array dict ``a``."""
+    return (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"],
+            a["events"])
+
+
 def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     """Arguments of kernel ``name`` over the array dict ``a`` (fresh per call)."""
     draw = data.draw
-    index = (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"],
-             a["events"])
+    index = index_arrays(a)
     if name == "get_new_blocks_unkeyed":
         return a["blk"], a["meta"], a["out"], draw(small)
     if name == "get_new_blocks":
@@ -262,11 +267,7 @@ def test_cache_one_is_the_batch_write_of_one_block(data, jit):
     group = data.draw(st.sampled_from([0, 1, -1, 2**32]))
     ks = kernel_set(jit)
 
-    def index(a):
-        return (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"],
-                a["meta"], a["events"])
-
-    got = ks.cache_one(*index(one), b, key, position, group, state.enable_events)
+    got = ks.cache_one(*index_arrays(one), b, key, position, group, state.enable_events)
     if got in (kernels.NEED_FULL, kernels.ERR_CAPACITY):
         before["meta"][kernels.M_EV_LEN] = 0
         for name in ARRAYS:
@@ -275,7 +276,7 @@ def test_cache_one_is_the_batch_write_of_one_block(data, jit):
             assert kernels._first(before["blk"], b) != -1
         return
     expected = ks.cache_full_blocks(
-        *index(batch), np.array([b], np.int64), np.zeros(1, np.uint8),
+        *index_arrays(batch), np.array([b], np.int64), np.zeros(1, np.uint8),
         np.frombuffer(key, np.uint8).copy(), np.array([len(key)], np.int64), position, 1,
         group, False, state.enable_events)
     assert got == expected

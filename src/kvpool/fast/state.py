@@ -191,7 +191,7 @@ class FastState:
         self.kernels = kernel_set(state.pop("_jit"))
         self.__dict__.update(state)
         self.arrays = None  # rebuilt over the copied arrays on first use
-        self._cache_full = self._cache_one = self._batch = None
+        self._unbind_index()
         self._bind_verbs()
 
     def _bind_index_verbs(self) -> None:
@@ -210,6 +210,11 @@ class FastState:
         # Bound on their first call (a pool that never evicts never compiles them).
         self.pop_quiet = self._bind_pop_quiet
         self.pop_reported = self._bind_pop_reported
+
+    def _unbind_index(self) -> None:
+        """Forget the index arrays' tuple and every kernel bound over it (an array moved, or
+        this is a copy): each is bound again on its next use."""
+        self._idx = self._batch = self._cache_full = self._cache_one = None
 
     def _bind_pop_quiet(self, n: int) -> int:
         ks = self.kernels
@@ -274,7 +279,7 @@ class FastState:
                 and max_len + 4 <= self.key_bytes.shape[1]
                 and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
             return  # the common case: room everywhere
-        self._idx = self._batch = self._cache_full = self._cache_one = None
+        self._unbind_index()
         if self.ent.shape[0] - ent_used < pairs:
             self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
         if self.keys.shape[0] - key_used < pairs:
@@ -302,7 +307,7 @@ class FastState:
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
                 self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
-                self._idx = self._batch = self._cache_full = self._cache_one = None
+                self._unbind_index()
                 self.pop_reported = self._bind_pop_reported
 
     # -- operations (codes as the kernels return them) ---------------------------------------
