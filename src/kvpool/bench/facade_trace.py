@@ -7,9 +7,13 @@ fewer than ``max_running`` run, then one decode token per running request
 (``allocate_slots(request, 1)``), ``free`` when done; a request whose decode step does not
 fit is preempted (freed, back to the front of the queue).
 
-Only facade calls are timed — ``perf_counter`` (wall) and ``thread_time`` (CPU) summed
-around each — so hashing and scheduling cost nothing: both request types read the same
-precomputed block hashes. Rounds are interleaved (round-major, facade-minor) and figures
+Only facade calls are timed — ``perf_counter`` summed around each — so hashing and
+scheduling cost nothing: both request types read the same precomputed block hashes. The CPU
+figure is that wall time times the replay's own CPU/wall ratio (each clock read twice per
+replay), as in the scheduler benchmark (:mod:`kvpool.vllm.scheduler_run`): the CPU clock is a
+system call (~0.6 µs a read here), and reading it around each of ~140k calls added ~0.6 µs
+to every call on both sides, squeezing the ratio toward 1 (full attention read 3.2x so,
+against 3.8x). Rounds are interleaved (round-major, facade-minor) and figures
 are medians; each kvpool figure comes with its ratio to vLLM measured in the same run
 (``vllm_s / kvpool_s``, "times faster"). The replays' decisions (blocks allocated, hit
 tokens, preemptions) must be identical, or the run fails.
@@ -119,8 +123,9 @@ def replay(manager: Any, make_request: Callable[..., Any],
            trace: list[tuple[list[int], list[int]]], hashes: list[list[bytes]],
            max_running: int = 64) -> dict[str, float]:
     """One replay; facade time (wall, CPU) and the decisions."""
-    pc, tt = time.perf_counter, time.thread_time
-    wall = cpu = 0.0
+    pc = time.perf_counter
+    wall = 0.0
+    began_cpu, began_wall = time.thread_time(), pc()
     waiting = list(range(len(trace)))[::-1]  # a stack: pop() is the next arrival
     requests: dict[int, Any] = {}
     running: list[int] = []
@@ -132,11 +137,10 @@ def replay(manager: Any, make_request: Callable[..., Any],
             req = requests.get(i)
             if req is None:
                 req = requests[i] = make_request(str(i), trace[i][0], hashes[i])
-            w, c = pc(), tt()
+            w = pc()
             hits, n = manager.get_computed_blocks(req)
             new = manager.allocate_slots(req, req.num_tokens - n, n, hits)
             wall += pc() - w
-            cpu += tt() - c
             calls += 2
             if new is None:
                 if not running:
@@ -156,12 +160,11 @@ def replay(manager: Any, make_request: Callable[..., Any],
         for i in running:
             req = requests[i]
             done = generated[i] >= len(trace[i][1])
-            w, c = pc(), tt()
+            w = pc()
             new = None if done else manager.allocate_slots(req, 1)
             if done or new is None:  # finished, or preempted: it does not fit this step
                 manager.free(req)
             wall += pc() - w
-            cpu += tt() - c
             calls += 1 if done else 2 if new is None else 1
             if done:
                 continue
@@ -178,7 +181,8 @@ def replay(manager: Any, make_request: Callable[..., Any],
             generated[i] += 1
             still.append(i)
         running = still
-    return {"wall_s": wall, "cpu_s": cpu, "blocks_allocated": allocated,
+    cpu_per_wall = (time.thread_time() - began_cpu) / (pc() - began_wall)
+    return {"wall_s": wall, "cpu_s": wall * cpu_per_wall, "blocks_allocated": allocated,
             "hit_tokens": hit_tokens, "preemptions": preemptions, "calls": calls}
 
 
