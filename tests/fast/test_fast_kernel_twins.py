@@ -145,12 +145,14 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         return a["blk"], a["meta"], draw(st.booleans()), draw(small)
     if name == "unpin_blocks":
         return a["blk"], a["blk64"], a["meta"], draw(ids)
-    if name == "lookup_blocks":
+    if name in ("lookup_blocks", "lookup_each"):
         buf, lens = hash_args(draw, draw(st.integers(0, 4)))
-        groups = np.array(draw(st.lists(st.sampled_from([0, 1, -1, 2**32]), min_size=1,
+        groups = np.array(draw(st.lists(st.sampled_from([0, 1, -1, 2**32]),
+                                        min_size=0 if name == "lookup_each" else 1,
                                         max_size=2)), dtype=np.int64)
-        out = np.zeros((groups.shape[0], max(1, lens.shape[0])), np.int64)
-        return (a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"], buf, lens, groups,
+        out = np.zeros((max(1, groups.shape[0]), max(1, lens.shape[0])), np.int64)
+        head = (a["ent"],) if name == "lookup_blocks" else ()
+        return (*head, a["keys"], a["key_bytes"], a["table"], a["meta"], buf, lens, groups,
                 out)
     if name in ("cache_full_blocks", "allocate_and_cache"):
         cand = draw(ids)

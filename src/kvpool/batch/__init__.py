@@ -7,6 +7,7 @@ call each); it must then return the same result and leave the same state, events
 numbers included), metrics calls and watcher calls. Tests compare the two.
 
 * :func:`find_longest_cache_hit` — blocks of the longest prefix every group has cached. Pure.
+* :func:`get_cached_blocks` — ``get_cached_block`` for each position of a range. Pure.
 * :func:`admit` — a new request: lookup, admission test, touch, allocate, cache; or nothing.
   :func:`admit_into` is the same admission writing the table into the caller's array.
 * :func:`step` — one decode step: cache the blocks that filled, allocate, free finished
@@ -38,6 +39,7 @@ from kvpool.batch.checks import (
     allocation_rejection,
     candidates_rejection,
     check_lookup_arguments,
+    check_range_lookup_arguments,
     checked_step,
     coarse_hashes,
     count,
@@ -79,6 +81,33 @@ def find_longest_cache_hit(
             break
         for blocks, b in zip(result, hit, strict=True):
             blocks.append(int(b))
+    return result
+
+
+def get_cached_blocks(
+    pool: Any,
+    block_hashes: Any,
+    kv_cache_group_ids: Sequence[int],
+    start: int,
+    stop: int,
+) -> list[list[int] | None]:
+    """``get_cached_block(block_hashes[i], groups)`` for each ``i`` in ``[start, stop)``, in
+    order: one list of blocks (one per group id, in the order given) per position that hits
+    in every group, ``None`` per position that does not.
+
+    Unlike :func:`find_longest_cache_hit` every position is read, whatever the ones before
+    it: a sliding-window lookup reads a prompt's hashes from the end and needs the run of
+    hits that covers its window (``SlidingWindowManager.find_longest_cache_hit`` asks for
+    one window's worth at a time). Pure. O((stop - start) · groups).
+    """
+    ids = kv_cache_group_ids
+    groups = tuple(ids) if type(ids) is list or type(ids) is tuple else as_group_ids(ids)
+    hashes = check_range_lookup_arguments(block_hashes, groups, start, stop)
+    group_list = list(groups)
+    result: list[list[int] | None] = []
+    for block_hash in hashes:
+        hit = pool.get_cached_block(block_hash, group_list)
+        result.append(None if hit is None else [int(b) for b in hit])
     return result
 
 
@@ -370,9 +399,11 @@ __all__ = [
     "cache_arguments_rejection",
     "cache_full_blocks_batch",
     "check_lookup_arguments",
+    "check_range_lookup_arguments",
     "coarse_hashes",
     "find_longest_cache_hit",
     "free_tables",
+    "get_cached_blocks",
     "observe",
     "step",
     "step_rejection",

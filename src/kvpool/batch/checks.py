@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any, cast
 
 import numpy as np
@@ -104,12 +105,7 @@ def check_lookup_arguments(
     Errors: no group → InvalidArgument; a bad group id → InvalidGroupId; a bad limit or a
     hash that is not bytes → InvalidArgument.
     """
-    if not group_ids:
-        raise InvalidArgument("find_longest_cache_hit needs at least one group id")
-    for g in group_ids:
-        error = pre.bad_group_id(g)
-        if error:
-            raise error
+    _check_group_ids(group_ids, "find_longest_cache_hit")
     if max_num_blocks is not None and not pre.is_count(max_num_blocks):
         raise InvalidArgument(f"max_num_blocks must be a non-negative int, got {max_num_blocks!r}")
     if isinstance(block_hashes, np.ndarray):
@@ -118,9 +114,41 @@ def check_lookup_arguments(
                 f"a hash array must be 2-D uint8, got {block_hashes.dtype} {block_hashes.shape}"
             )
         return block_hashes if max_num_blocks is None else block_hashes[:max_num_blocks]
-    hashes = list(block_hashes) if max_num_blocks is None else list(block_hashes)[:max_num_blocks]
+    hashes = list(block_hashes if max_num_blocks is None else islice(block_hashes, max_num_blocks))
     check_bytes(hashes)
     return hashes
+
+
+def check_range_lookup_arguments(block_hashes: Any, group_ids: tuple[int, ...], start: object,
+                                 stop: object) -> list[bytes]:
+    """Validate ``get_cached_blocks``; return the hashes at positions ``[start, stop)``.
+
+    ``block_hashes``: a sequence of ``bytes`` (only the range is read). Errors: no group →
+    InvalidArgument; a bad group id → InvalidGroupId; ``start``/``stop`` not ints with
+    ``0 <= start <= stop <= len(block_hashes)``, or a hash in the range that is not bytes →
+    InvalidArgument.
+    """
+    _check_group_ids(group_ids, "get_cached_blocks")
+    if not isinstance(block_hashes, Sequence) or isinstance(block_hashes,
+                                                            (str, bytes, bytearray)):
+        raise InvalidArgument(f"block_hashes must be a sequence of bytes, got "
+                              f"{type(block_hashes).__name__}")
+    n = len(block_hashes)
+    if not (pre.is_count(start) and pre.is_count(stop) and start <= stop <= n):
+        raise InvalidArgument(f"positions [{start!r}, {stop!r}) are not a range of the {n} "
+                              f"block hashes")
+    hashes = list(block_hashes[start:stop])
+    check_bytes(hashes)
+    return hashes
+
+
+def _check_group_ids(group_ids: tuple[int, ...], verb: str) -> None:
+    if not group_ids:
+        raise InvalidArgument(f"{verb} needs at least one group id")
+    for g in group_ids:
+        error = pre.bad_group_id(g)
+        if error:
+            raise error
 
 
 def allocation_rejection(num_blocks: object, num_free: int) -> KvPoolError | None:

@@ -328,6 +328,7 @@ SIGNATURES: dict[str, tuple] = {
     "unpin_blocks": (_int, (_blk, _i64_2d, _i64, _i64)),
     "lookup_one": (_int, (_i64_2d, _u8_2d, _table, _bytes, _int)),
     "lookup_blocks": (_int, (_ENT, _i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d)),
+    "lookup_each": (_int, (_i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d)),
     "cache_full_blocks": (
         _int,
         (*_INDEX, _i64, _u8, _u8, _i64, _int, _int, _int, _bool, _bool),

@@ -1084,6 +1084,52 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
     return OK
 
 
+def lookup_each(keys, key_bytes, table, meta, buf, lens, groups, out):
+    """``get_cached_block`` for every key, each on its own (a miss does not end the scan).
+
+    buf, lens, groups as in :func:`lookup_blocks`; out int64 [g, >= q]: ``out[j, i]`` the
+    block of key ``i`` in group ``j`` when key ``i`` hits in every group, and
+    ``out[0, i] = -1`` when it misses in some group (its other rows then unspecified).
+    M_RESULT = number of positions that hit. Pure.
+    """
+    (keys, key_bytes, table, meta, buf, lens, groups, out) = (
+        _raw(keys), _raw(key_bytes), _raw(table), _raw(meta), _raw(buf), _raw(lens),
+        _raw(groups), _raw(out))
+    meta[M_RESULT] = 0
+    q = lens.shape[0]
+    total = 0
+    for i in range(q):
+        if lens[i] < 0:
+            return ERR_ARGUMENT
+        total += lens[i]
+    if (total > buf.shape[0] or groups.shape[0] < 1 or out.shape[0] < groups.shape[0]
+            or out.shape[1] < q):
+        return ERR_ARGUMENT
+    for j in range(groups.shape[0]):
+        if groups[j] < 0 or groups[j] > 0xFFFFFFFF:
+            return ERR_ARGUMENT
+    off = 0
+    hits = 0
+    for i in range(q):
+        length = lens[i]
+        hit = True
+        for j in range(groups.shape[0]):
+            g = groups[j]
+            kid = _find_key(keys, key_bytes, table, buf, off, length, g,
+                            _hash_key(buf, off, length, g))
+            if kid == -1:
+                hit = False
+                break
+            out[j, i] = keys[kid, K_BLOCK]
+        if hit:
+            hits += 1
+        else:
+            out[0, i] = -1
+        off += length
+    meta[M_RESULT] = hits
+    return OK
+
+
 def lookup_one(keys, key_bytes, table, block_hash, group):
     """``get_cached_block`` for one hash and one group: the key's earliest block, or -1.
 

@@ -332,6 +332,12 @@ class FastState:
             self.ent, self.keys, self.key_bytes, self.table, self.meta, buf, lens, groups, out
         )
 
+    def lookup_each(self, buf: np.ndarray, lens: np.ndarray, groups: np.ndarray,
+                    out: np.ndarray) -> int:
+        return self.kernels.lookup_each(
+            self.keys, self.key_bytes, self.table, self.meta, buf, lens, groups, out
+        )
+
     def _index(self) -> tuple[np.ndarray, ...]:
         """The arrays every index kernel takes first (kept until one of them grows)."""
         idx = self._idx

@@ -140,6 +140,47 @@ class FastBatchVerbs:
             raise self._internal(code)  # type: ignore[attr-defined]
         return out[:, : self._st.result()].tolist()
 
+    def get_cached_blocks(self, block_hashes: Any, kv_cache_group_ids: Sequence[int],
+                          start: int, stop: int) -> list[list[int] | None]:
+        """``get_cached_block`` for each position of ``[start, stop)``; see
+        :func:`kvpool.batch.get_cached_blocks`. One kernel call. O((stop - start) · groups)."""
+        ids = kv_cache_group_ids
+        groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else ()
+        lean = None
+        if (groups_t and set(map(type, groups_t)) == _INT_ONLY
+                and min(groups_t) >= 0 and max(groups_t) <= MAX_GROUP_ID
+                and type(start) is int and type(stop) is int
+                and type(block_hashes) in _HASH_LISTS and 0 <= start < stop <= len(block_hashes)):
+            lean = self._range_buffer(block_hashes, start, stop)
+        if lean is None:  # the checked composition: its errors, or an empty range
+            return batch.get_cached_blocks(self, block_hashes, ids, start, stop)
+        buf, lens = lean
+        n = stop - start
+        groups, out = self._lookup_arrays(groups_t, n)  # type: ignore[attr-defined]
+        code = self._st.lookup_each(buf, lens, groups, out)
+        if code:
+            raise self._internal(code)  # type: ignore[attr-defined]
+        if len(groups_t) == 1:
+            return [None if b < 0 else [b] for b in out[0, :n].tolist()]
+        rows = out[: len(groups_t), :n].T.tolist()
+        return [row if row[0] >= 0 else None for row in rows]
+
+    @staticmethod
+    def _range_buffer(block_hashes: Any, start: int, stop: int
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The kernel's (buffer, lengths) for hashes ``[start, stop)`` when every one is
+        ``bytes`` (the packed companion: no pass); ``None`` otherwise."""
+        if type(block_hashes) is BlockHashList:
+            view = block_hashes.packed(stop)
+            if view is not None:
+                width = block_hashes.width
+                return view[start * width :], uniform_lens(stop - start, width)
+        window = block_hashes[start:stop]
+        if set(map(type, window)) != _BYTES_ONLY:
+            return None
+        buf, lens, _ = hash_buffer(window, all_bytes=True)
+        return buf, lens
+
     @staticmethod
     def _lean_lookup_buffer(block_hashes: Any, groups: tuple[Any, ...],
                             max_num_blocks: int | None) -> tuple[np.ndarray, np.ndarray] | None:

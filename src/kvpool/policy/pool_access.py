@@ -1,7 +1,8 @@
 """The pool verbs the policy layer uses beyond the protocol's single-block ones.
 
 Managers are written once over :class:`kvpool.protocol.BlockPool`. Where a backend offers a
-batch primitive (the fast pool's one-kernel longest-hit scan) the policy layer calls it;
+batch primitive (the fast pool's one-kernel longest-hit scan and range lookup) the policy
+layer calls it;
 otherwise it calls the generic composition in :mod:`kvpool.batch`, which *defines* the verb.
 Both give the same result (tests in ``tests/fast`` compare them), so which one runs is not
 observable. Per-block facts (ref counts, whether a block has a key) come from the protocol's
@@ -10,7 +11,7 @@ observable. Per-block facts (ref counts, whether a block has a key) come from th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kvpool import batch
@@ -22,11 +23,29 @@ def longest_prefix_hit(pool: Any, hashes: Sequence[bytes], group_ids: Sequence[i
     ``max_num_blocks`` positions) that hits in every group. Pure."""
     if max_num_blocks <= 0:
         return [[] for _ in group_ids]
-    window = hashes[:max_num_blocks]
+    # The limit, not a slice: the fast pool then reads a request's packed companion in place.
     own = getattr(pool, "find_longest_cache_hit", None)
     if own is not None:
-        return own(window, list(group_ids))
-    return batch.find_longest_cache_hit(pool, window, list(group_ids))
+        return own(hashes, list(group_ids), max_num_blocks)  # type: ignore[no-any-return]
+    return batch.find_longest_cache_hit(pool, hashes, list(group_ids), max_num_blocks)
+
+
+def cached_from_end(pool: Any, hashes: Sequence[bytes], group_ids: Sequence[int], stop: int,
+                    chunk: int) -> Iterator[list[int] | None]:
+    """What ``get_cached_block(hashes[i], group_ids)`` says for ``i = stop - 1, stop - 2,
+    ..., 0``, last position first, read ``chunk`` positions per pool call (the fast pool's is
+    one kernel call): a sliding-window lookup stops at the first run of hits that covers
+    its window, usually within the first chunk. Pure."""
+    own = getattr(pool, "get_cached_blocks", None)
+    groups = list(group_ids)
+    while stop > 0:
+        start = max(0, stop - max(chunk, 1))
+        if own is not None:
+            looked_up = own(hashes, groups, start, stop)
+        else:
+            looked_up = batch.get_cached_blocks(pool, hashes, groups, start, stop)
+        yield from reversed(looked_up)
+        stop = start
 
 
 def num_evictable(pool: Any, blocks: Sequence[int]) -> int:
@@ -50,4 +69,4 @@ def has_key(pool: Any, block: int) -> bool:
     return block != pool.null_block and pool.observe().key_tokens(block) is not None
 
 
-__all__ = ["has_key", "longest_prefix_hit", "num_evictable", "ref_cnts"]
+__all__ = ["cached_from_end", "has_key", "longest_prefix_hit", "num_evictable", "ref_cnts"]

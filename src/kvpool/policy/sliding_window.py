@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvpool.policy.manager import SingleTypeKVCacheManager, trim_to_alignment
+from kvpool.policy.pool_access import cached_from_end
 from kvpool.policy.specs import KVCacheSpec, SlidingWindowSpec, cdiv
 
 
@@ -42,11 +43,12 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         max_blocks = min(max_length // bs, len(block_hashes))
         null = block_pool.null_block
         hits = tuple([null] * max_blocks for _ in kv_cache_group_ids)
-        groups = list(kv_cache_group_ids)
         run = 0
         found = False
-        for i in range(max_blocks - 1, -1, -1):
-            cached = block_pool.get_cached_block(block_hashes[i], groups)
+        # One window's worth of positions per pool call: a hit usually ends within it.
+        looked_up = cached_from_end(block_pool, block_hashes, kv_cache_group_ids, max_blocks,
+                                    need)
+        for i, cached in zip(range(max_blocks - 1, -1, -1), looked_up, strict=True):
             if cached is None:
                 run = 0
                 continue
