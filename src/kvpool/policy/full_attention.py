@@ -114,6 +114,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if not table:
             return 0
         tracked = len(self.req_to_blocks)
+        if ref_cnts(self.block_pool, table[:1])[0] != tracked:
+            return 0  # the usual answer, from one block (the scheduler asks every step)
         common = 0
         for count in ref_cnts(self.block_pool, table):
             if count != tracked:
