@@ -1047,6 +1047,23 @@ def unpin_blocks(blk, blk64, meta, ids):
     return OK
 
 
+def _lookup_arguments_ok(buf, lens, groups, out):
+    """What a lookup reads is there: lengths non-negative and within ``buf``, ``out`` one
+    row per group and one column per key, every group in ``[0, 2**32)``."""
+    q = lens.shape[0]
+    total = 0
+    for i in range(q):
+        if lens[i] < 0:
+            return False
+        total += lens[i]
+    if total > buf.shape[0] or out.shape[0] < groups.shape[0] or out.shape[1] < q:
+        return False
+    for j in range(groups.shape[0]):
+        if groups[j] < 0 or groups[j] > 0xFFFFFFFF:
+            return False
+    return True
+
+
 def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
     """Longest prefix of keys hit in every group; per group, the earliest block of each key.
 
@@ -1058,19 +1075,10 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
         _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta), _raw(buf), _raw(lens),
         _raw(groups), _raw(out))
     meta[M_RESULT] = 0
-    q = lens.shape[0]
-    total = 0
-    for i in range(q):
-        if lens[i] < 0:
-            return ERR_ARGUMENT
-        total += lens[i]
-    if total > buf.shape[0] or out.shape[0] < groups.shape[0] or out.shape[1] < q:
+    if not _lookup_arguments_ok(buf, lens, groups, out):
         return ERR_ARGUMENT
-    for j in range(groups.shape[0]):
-        if groups[j] < 0 or groups[j] > 0xFFFFFFFF:
-            return ERR_ARGUMENT
     off = 0
-    for i in range(q):
+    for i in range(lens.shape[0]):
         length = lens[i]
         for j in range(groups.shape[0]):
             g = groups[j]
@@ -1096,21 +1104,11 @@ def lookup_each(keys, key_bytes, table, meta, buf, lens, groups, out):
         _raw(keys), _raw(key_bytes), _raw(table), _raw(meta), _raw(buf), _raw(lens),
         _raw(groups), _raw(out))
     meta[M_RESULT] = 0
-    q = lens.shape[0]
-    total = 0
-    for i in range(q):
-        if lens[i] < 0:
-            return ERR_ARGUMENT
-        total += lens[i]
-    if (total > buf.shape[0] or groups.shape[0] < 1 or out.shape[0] < groups.shape[0]
-            or out.shape[1] < q):
+    if groups.shape[0] < 1 or not _lookup_arguments_ok(buf, lens, groups, out):
         return ERR_ARGUMENT
-    for j in range(groups.shape[0]):
-        if groups[j] < 0 or groups[j] > 0xFFFFFFFF:
-            return ERR_ARGUMENT
     off = 0
     hits = 0
-    for i in range(q):
+    for i in range(lens.shape[0]):
         length = lens[i]
         hit = True
         for j in range(groups.shape[0]):
