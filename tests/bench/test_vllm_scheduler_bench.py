@@ -92,6 +92,34 @@ def test_kv_events_reach_both_sides_and_the_title(monkeypatch, tmp_path, capsys)
     assert "KV events off" in capsys.readouterr().out
 
 
+def test_the_model_reaches_both_sides_and_the_title(monkeypatch, tmp_path, capsys) -> None:
+    """``--model full+swa`` sets the model both vLLM processes build; an unknown one is
+    refused by the parser (exit 2) and by the benchmark itself (a typed error)."""
+    from kvpool.cli import bench as cli_bench
+    from kvpool.cli import main
+
+    seen = {}
+
+    def fake_ask(self, command):
+        seen.setdefault("setups", []).append(command.get("setup"))
+        return run(1.0, 0.5) | {"install_s": 0.1, "digest": "d", "manager_repr": "k"}
+
+    monkeypatch.setattr(vs._Side, "__init__", lambda self, python, kit: None)
+    monkeypatch.setattr(vs._Side, "ask", fake_ask)
+    monkeypatch.setattr(vs._Side, "close", lambda self: None)
+    monkeypatch.setattr(cli_bench, "_vllm_kit", lambda args, flag: str(tmp_path))
+    assert main(["bench", "--vllm-scheduler", "py", "--model", "full+swa", "--rounds", "1"]) == 0
+    setups = [s for s in seen["setups"] if s is not None]
+    assert setups and all(s["model"] == "full+swa" for s in setups)
+    assert "full+swa model" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["bench", "--vllm-scheduler", "py", "--model", "mamba-only"])
+    with pytest.raises(InvalidConfig, match="model must be one of full, full\\+swa"):
+        vs.run_vllm_scheduler_bench(vs.SchedulerBenchConfig(python="py", kit="k",
+                                                            model="mamba-only"))
+    assert vs.MODELS == ("full", "full+swa", "full+mamba")
+
+
 def test_the_manager_clock_counts_outermost_calls_per_method() -> None:
     from kvpool.vllm.scheduler_run import _ManagerClock
 

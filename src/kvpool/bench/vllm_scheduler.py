@@ -29,6 +29,11 @@ from typing import Any
 from kvpool.bench.json_process import JsonLineProcess
 from kvpool.errors import InvalidConfig
 
+MODELS = ("full", "full+swa", "full+mamba")
+"""The model families :mod:`kvpool.vllm.scheduler_run` builds: one full-attention group
+(the default), full attention + a 1,024-token sliding window, full attention + Mamba
+(``align``)."""
+
 
 class SchedulerDivergence(AssertionError):
     """vLLM's scheduler decided differently with kvpool's manager."""
@@ -43,6 +48,7 @@ class SchedulerBenchConfig:
     rounds: int = 3
     num_requests: int | None = None
     num_blocks: int = 20_000
+    model: str = "full"
     kv_events: bool = False
     by_method: bool = False
     """Also time the manager per public method (on both sides; each call then adds to its
@@ -73,7 +79,10 @@ def run_vllm_scheduler_bench(config: SchedulerBenchConfig,
                              log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Both sides, warmed up, then ``rounds`` alternating timed runs (module docstring)."""
     workload = {"kit": config.kit, "num_requests": config.num_requests}
-    setup = {"num_blocks": config.num_blocks, "kv_events": config.kv_events}
+    if config.model not in MODELS:
+        raise InvalidConfig(f"model must be one of {', '.join(MODELS)}, got {config.model!r}")
+    setup = {"num_blocks": config.num_blocks, "kv_events": config.kv_events,
+             "model": config.model}
     base = {"setup": setup, "workload": workload, "timing": True,
             "by_method": config.by_method}
     log("starting vLLM (two processes)")
@@ -120,7 +129,8 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
     by_method = _by_method(runs) if config.by_method else None
     return {
         "workload": {"requests": config.num_requests or 2000, "steps": steps,
-                     "num_blocks": config.num_blocks, "kv_events": config.kv_events},
+                     "num_blocks": config.num_blocks, "model": config.model,
+                     "kv_events": config.kv_events},
         "backend": config.backend, "manager": runs["kvpool"][0]["manager_repr"],
         "rounds": config.rounds, "digest": runs["vllm"][0]["digest"], "sides": sides,
         "ratios": {"manager": v["manager_cpu_s"] / k["manager_cpu_s"],

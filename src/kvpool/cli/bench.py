@@ -18,6 +18,7 @@ from typing import Any
 
 from kvpool.bench import SUITES, BenchConfig, ReplayDivergence, run_bench
 from kvpool.bench.runner import hashing_available
+from kvpool.bench.vllm_scheduler import MODELS as SCHEDULER_MODELS
 from kvpool.cli._args import non_negative_int, positive_int
 from kvpool.cli._render import grid_table, print_renderable
 from kvpool.errors import KvPoolError
@@ -51,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "vLLM's own, with this vLLM venv python (docs/vllm.md)")
     parser.add_argument("--requests", type=positive_int, default=None, metavar="N",
                         help="--vllm-scheduler: the first N requests of the chat trace (2000)")
+    parser.add_argument("--model", choices=SCHEDULER_MODELS, default="full",
+                        help="--vllm-scheduler: the model's KV cache groups (full: one "
+                        "full-attention group; full+swa: and a sliding window; full+mamba: "
+                        "and Mamba)")
     parser.add_argument("--kv-events", action="store_true",
                         help="--vllm-scheduler: KV cache events on (what a KV-aware router "
                         "subscribes to), on both sides")
@@ -152,7 +157,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         return 2
     config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
                                   rounds=args.rounds, num_requests=args.requests,
-                                  kv_events=args.kv_events, by_method=args.by_method)
+                                  model=args.model, kv_events=args.kv_events,
+                                  by_method=args.by_method)
     status, result = _against_vllm(args, "--vllm-scheduler", SchedulerDivergence,
                                    lambda log: run_vllm_scheduler_bench(config, log=log))
     if result is None:
@@ -161,10 +167,11 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     w = result["workload"]
+    model = "" if w.get("model", "full") == "full" else f"{w['model']} model, "
     print_renderable(grid_table(
         ["figure", "vLLM", f"kvpool ({result['backend']})", "vLLM / kvpool", "target"],
         render_rows(result),
-        title=f"vLLM's scheduler, chat trace ({w['requests']:,} requests, {w['steps']:,} "
+        title=f"vLLM's scheduler, {model}chat trace ({w['requests']:,} requests, {w['steps']:,} "
         f"steps, {w['num_blocks']:,} blocks, KV events {'on' if w.get('kv_events') else 'off'}), "
         f"CPU clock, medians of {result['rounds']} "
         f"rounds; same decisions (digest {result['digest']})"))

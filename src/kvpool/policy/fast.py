@@ -29,9 +29,11 @@ MLAAttentionSpec` (EAGLE and DCP/PCP included), the ``"fast"`` backend, no parti
 Hybrid attention models — full attention with sliding-window or chunked-local groups, the
 hybrid engines run most — get :class:`FastHybridKVCacheManager`: there a step touches every
 group's table, the windows free blocks as they slide and the coordinator keys only aligned
-lengths, so only the step that changes nothing in any group is collapsed (checked in
+lengths, so the step that changes nothing in any group is collapsed (checked in
 ``O(groups)``: no group needs a block, no window passes a block boundary, no group keys a
-block); every other call runs the generic policy. Most decode steps are such steps.
+block), and a running request's other steps call the managers' own methods in the generic
+order without the facade's and coordinator's layers; every other call runs the generic
+policy. Most decode steps are idle steps.
 """
 
 from __future__ import annotations
@@ -437,12 +439,12 @@ class FastKVCacheManager(_FastPolicy):
 
 
 class FastHybridKVCacheManager(_FastPolicy):
-    """A hybrid attention model's facade with its idle step collapsed (module docstring):
-    the generic policy for every call that changes something."""
+    """A hybrid attention model's facade with its idle step collapsed and a running
+    request's other steps straight on the managers (module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        managers = self.coordinator.single_type_managers
+        managers = self._managers = self.coordinator.single_type_managers
         #: Per group: its tables, keyed counts, block size and window rule.
         self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
                          m.get_num_skipped_tokens, m.null_block) for m in managers]
@@ -453,7 +455,7 @@ class FastHybridKVCacheManager(_FastPolicy):
     def __repr__(self) -> str:
         specs = "+".join(type(m.kv_cache_spec).__name__
                          for m in self.coordinator.single_type_managers)
-        return (f"FastHybridKVCacheManager(policy=fast, idle steps collapsed, groups={specs}, "
+        return (f"FastHybridKVCacheManager(policy=fast, running steps collapsed, groups={specs}, "
                 f"blocks={self.block_pool.num_gpu_blocks})")
 
     def allocate_slots(
@@ -470,8 +472,9 @@ class FastHybridKVCacheManager(_FastPolicy):
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
     ) -> Any:
-        """An idle step of a running request here (nothing to allocate, free or key in any
-        group); everything else in the generic policy."""
+        """A running request's step with the scheduler's usual arguments here: an idle one
+        (nothing to allocate, free or key in any group) in ``O(groups)``, any other one
+        straight on the managers (:meth:`_step`); everything else in the generic policy."""
         rid = request.request_id
         seen = self._live.get(rid)
         if (seen is not None and new_computed_blocks is None
@@ -483,20 +486,57 @@ class FastHybridKVCacheManager(_FastPolicy):
                 and num_lookahead_tokens.__class__ is int and num_lookahead_tokens >= 0):
             computed = request.num_computed_tokens
             num_tokens = request.num_tokens
-            if (computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0]
-                    and self._idle(rid, computed, num_tokens, num_new_tokens,
-                                   num_lookahead_tokens, delay_cache_blocks)):
-                watermark = self.watermark_blocks
-                if watermark and has_scheduled_reqs and request.status in \
-                        self.watermark_statuses and \
-                        watermark > self.block_pool.get_num_free_blocks():
-                    return None
-                self._live[rid] = (num_tokens, computed)
-                return self.empty_kv_cache_blocks
+            if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0]:
+                if self._idle(rid, computed, num_tokens, num_new_tokens, num_lookahead_tokens,
+                              delay_cache_blocks):
+                    watermark = self.watermark_blocks
+                    if watermark and has_scheduled_reqs and request.status in \
+                            self.watermark_statuses and \
+                            watermark > self.block_pool.get_num_free_blocks():
+                        return None
+                    self._live[rid] = (num_tokens, computed)
+                    return self.empty_kv_cache_blocks
+                if all(rid in m.num_cached_block for m in self._managers):
+                    return self._step(request, computed, num_tokens, num_new_tokens,
+                                      num_lookahead_tokens, delay_cache_blocks,
+                                      has_scheduled_reqs)
         return super().allocate_slots(
             request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
             num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
             num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
+
+    def _step(self, request: Any, computed: int, num_tokens: int, num_new_tokens: int,
+              num_lookahead_tokens: int, delay_cache_blocks: bool,
+              has_scheduled_reqs: bool) -> Any:
+        """A running request's step that changes something, checked by the caller (plain
+        arguments, nothing shrank, tracked in every group): the generic step's calls on the
+        managers in the generic order — every window's skipped blocks freed, the budget,
+        every group's new blocks, the coordinator's aligned cache write — without the
+        facade's and the coordinator's checks and fan-out around them."""
+        rid = request.request_id
+        managers = self._managers
+        max_len = self.max_model_len
+        total = computed if computed < max_len else max_len
+        main = total + num_new_tokens
+        need = main + num_lookahead_tokens
+        if need > max_len:
+            need = max_len
+        num_prompt_tokens = request.num_prompt_tokens
+        for m in managers:  # freed even if the budget then refuses (as in the generic step)
+            m.remove_skipped_blocks(rid, total, num_prompt_tokens)
+        needed = 0
+        for m in managers:
+            needed += m.get_num_blocks_to_allocate(rid, need, (), total, main)
+        watermark = 0
+        if has_scheduled_reqs and request.status in self.watermark_statuses:
+            watermark = self.watermark_blocks
+        if needed + watermark > self.block_pool.get_num_free_blocks():
+            return None
+        new = tuple([m.allocate_new_blocks(rid, need, main) for m in managers])
+        self._live[rid] = (num_tokens, computed)
+        if self.enable_caching and not delay_cache_blocks:
+            self.coordinator.cache_blocks(request, main if main < num_tokens else num_tokens)
+        return self._blocks(new)
 
     def _idle(self, rid: str, computed: int, num_tokens: int, num_new_tokens: int,
               num_lookahead_tokens: int, delay_cache_blocks: bool) -> bool:

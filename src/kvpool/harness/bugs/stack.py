@@ -264,6 +264,28 @@ def _fast_idle_step_ignores_the_window(m: Any) -> None:
                  for tables, cached, bs, _, null in m._groups]
 
 
+def _fast_step_frees_the_window_after_allocating(m: Any) -> None:
+    # The collapsed step sizes and allocates before the windows' skipped blocks are freed:
+    # its budget misses the blocks the generic step frees first.
+    step = m._step
+
+    def broken(request: Any, computed: int, *args: Any) -> Any:
+        managers = m._managers
+        for manager in managers:
+            manager.remove_skipped_blocks = lambda *a, **k: None  # shadows the method
+        try:
+            result = step(request, computed, *args)
+        finally:
+            for manager in managers:
+                del manager.remove_skipped_blocks
+        total = min(computed, m.max_model_len)
+        for manager in managers:
+            manager.remove_skipped_blocks(request.request_id, total, request.num_prompt_tokens)
+        return result
+
+    m._step = broken
+
+
 class _Everything(dict):  # type: ignore[type-arg]
     """A keyed-count table that says every block is keyed already."""
 
@@ -411,6 +433,10 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      "hybrid fast policy: the idle test reads no keyed count, so a step "
                      "that must key a block is called idle",
                      _fast_idle_step_ignores_unaligned_keys, policy="fast"),
+    PlantedPolicyBug("fast-step-frees-the-window-after-allocating", "full+swa",
+                     "hybrid fast policy: a step allocates before its window's skipped "
+                     "blocks are freed", _fast_step_frees_the_window_after_allocating,
+                     policy="fast"),
     PlantedPolicyBug("fast-admission-gate-skipped", "full",
                      "fast policy: an admission that must fit whole is not checked whole",
                      _fast_admission_gate_skipped, policy="fast"),
