@@ -461,6 +461,10 @@ class StackMachine:
         if self.partial:
             self._hand_over_copies()
         self.each(lambda s: s.manager.new_step_starts(), "new_step_starts()")
+        if self.running:  # what vLLM's scheduler asks each step, of its first running request
+            rid = self.running[0].request_id
+            self.each(lambda s: s.manager.get_num_common_prefix_blocks(rid),
+                      f"get_num_common_prefix_blocks({rid})")
         if self.foreign:
             self.each(lambda s: [event_fields(e) for e in s.manager.take_events()],
                       "take_events()")
