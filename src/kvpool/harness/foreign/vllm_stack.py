@@ -186,6 +186,9 @@ class VllmFacade:
     def new_step_starts(self) -> None:
         self.manager.new_step_starts()
 
+    def get_num_common_prefix_blocks(self, request_id: str) -> list[int]:
+        return list(self.manager.get_num_common_prefix_blocks(request_id))
+
     def take_kv_cache_block_copies(self) -> tuple[list[Any], list[int]]:
         """vLLM 0.33's copies with the group each came from (vLLM's pairs do not say; the
         managers are drained in group order exactly as its facade does)."""

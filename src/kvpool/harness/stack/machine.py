@@ -461,7 +461,9 @@ class StackMachine:
         if self.partial:
             self._hand_over_copies()
         self.each(lambda s: s.manager.new_step_starts(), "new_step_starts()")
-        if self.running:  # what vLLM's scheduler asks each step, of its first running request
+        # What vLLM 0.25's scheduler asks each step, of its first running request (0.33's
+        # manager answers zeros: cascade attention is gone; kvpool keeps 0.25's rule).
+        if self.running and not (self.foreign and self.config.vllm >= (0, 33)):
             rid = self.running[0].request_id
             self.each(lambda s: s.manager.get_num_common_prefix_blocks(rid),
                       f"get_num_common_prefix_blocks({rid})")
