@@ -500,8 +500,15 @@ class FastHybridKVCacheManager(_FastPolicy):
             computed = request.num_computed_tokens
             num_tokens = request.num_tokens
             if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0]:
-                if self._idle(rid, computed, num_tokens, num_new_tokens, num_lookahead_tokens,
-                              delay_cache_blocks):
+                # The step's token counts, as the generic step has them: computed tokens
+                # (capped), the main model's end, the slots needed (capped).
+                max_len = self.max_model_len
+                total = computed if computed < max_len else max_len
+                main = total + num_new_tokens
+                need = main + num_lookahead_tokens
+                if need > max_len:
+                    need = max_len
+                if self._idle(rid, total, main, need, num_tokens, delay_cache_blocks):
                     watermark = self.watermark_blocks
                     if watermark and has_scheduled_reqs and request.status in \
                             self.watermark_statuses and \
@@ -510,9 +517,8 @@ class FastHybridKVCacheManager(_FastPolicy):
                     self._live[rid] = (num_tokens, computed)
                     return self.empty_kv_cache_blocks
                 if all(rid in m.num_cached_block for m in self._managers):
-                    return self._step(request, computed, num_tokens, num_new_tokens,
-                                      num_lookahead_tokens, delay_cache_blocks,
-                                      has_scheduled_reqs)
+                    return self._step(request, computed, total, main, need, num_tokens,
+                                      delay_cache_blocks, has_scheduled_reqs)
         return super().allocate_slots(
             request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
             num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
@@ -526,9 +532,8 @@ class FastHybridKVCacheManager(_FastPolicy):
                 if isinstance(rule, dict) else rule.get_num_common_prefix_blocks(running_request_id)
                 for rule in self._prefix_rules]
 
-    def _step(self, request: Any, computed: int, num_tokens: int, num_new_tokens: int,
-              num_lookahead_tokens: int, delay_cache_blocks: bool,
-              has_scheduled_reqs: bool) -> Any:
+    def _step(self, request: Any, computed: int, total: int, main: int, need: int,
+              num_tokens: int, delay_cache_blocks: bool, has_scheduled_reqs: bool) -> Any:
         """A running request's step that changes something, checked by the caller (plain
         arguments, nothing shrank, tracked in every group): the generic step's calls on the
         managers in the generic order — every window's skipped blocks freed, the budget,
@@ -536,12 +541,6 @@ class FastHybridKVCacheManager(_FastPolicy):
         facade's and the coordinator's checks and fan-out around them."""
         rid = request.request_id
         managers = self._managers
-        max_len = self.max_model_len
-        total = computed if computed < max_len else max_len
-        main = total + num_new_tokens
-        need = main + num_lookahead_tokens
-        if need > max_len:
-            need = max_len
         num_prompt_tokens = request.num_prompt_tokens
         for m in managers:  # freed even if the budget then refuses (as in the generic step)
             m.remove_skipped_blocks(rid, total, num_prompt_tokens)
@@ -559,17 +558,11 @@ class FastHybridKVCacheManager(_FastPolicy):
             self.coordinator.cache_blocks(request, main if main < num_tokens else num_tokens)
         return self._blocks(new)
 
-    def _idle(self, rid: str, computed: int, num_tokens: int, num_new_tokens: int,
-              num_lookahead_tokens: int, delay_cache_blocks: bool) -> bool:
+    def _idle(self, rid: str, total: int, main: int, need: int, num_tokens: int,
+              delay_cache_blocks: bool) -> bool:
         """Whether the generic step would change no group: every table long enough, no
         window with a block left to null (the generic walk stops at the first null), no
         aligned full block left to key."""
-        max_len = self.max_model_len
-        total = computed if computed < max_len else max_len
-        main = total + num_new_tokens
-        need = main + num_lookahead_tokens
-        if need > max_len:
-            need = max_len
         caching = self.enable_caching and not delay_cache_blocks
         cached_tokens = (main if main < num_tokens else num_tokens)
         cached_tokens -= cached_tokens % self._cache_alignment
