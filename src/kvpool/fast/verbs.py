@@ -175,7 +175,8 @@ class FastBatchVerbs:
             if view is not None:
                 width = block_hashes.width
                 return view[start * width :], uniform_lens(stop - start, width)
-        window = block_hashes[start:stop]
+        window = block_hashes if start == 0 and stop == len(block_hashes) \
+            else block_hashes[start:stop]
         if set(map(type, window)) != _BYTES_ONLY:
             return None
         buf, lens, _ = hash_buffer(window, all_bytes=True)
@@ -187,8 +188,8 @@ class FastBatchVerbs:
         """The kernel's (buffer, lengths) for a lookup every check of
         :func:`kvpool.batch.check_lookup_arguments` passes — one valid group, no limit or a
         positive int one, a non-empty list whose (first ``max_num_blocks``) entries are
-        ``bytes`` of one width — in one pass of each kind (a packed companion: none);
-        ``None`` otherwise (the checked path then decides)."""
+        ``bytes`` — in one pass of each kind (a packed companion: none); ``None`` otherwise
+        (the checked path then decides)."""
         if (len(groups) != 1 or type(groups[0]) is not int
                 or not 0 <= groups[0] <= MAX_GROUP_ID or type(block_hashes) not in _HASH_LISTS
                 or not block_hashes):
@@ -198,17 +199,7 @@ class FastBatchVerbs:
             if type(max_num_blocks) is not int or max_num_blocks <= 0:
                 return None
             n = min(n, max_num_blocks)
-        if type(block_hashes) is BlockHashList:
-            view = block_hashes.packed(n)
-            if view is not None:
-                return view, uniform_lens(n, block_hashes.width)
-        window = block_hashes if n == len(block_hashes) else block_hashes[:n]
-        if set(map(type, window)) != _BYTES_ONLY:
-            return None
-        widths = set(map(len, window))
-        if len(widths) != 1:
-            return None
-        return np.frombuffer(b"".join(window), np.uint8), uniform_lens(n, widths.pop())
+        return FastBatchVerbs._range_buffer(block_hashes, 0, n)
 
     def allocate_and_cache(self, request: Any, blocks: Sequence[object], num_new_blocks: int,
                            num_cached_blocks: int, num_full_blocks: int, block_size: int,

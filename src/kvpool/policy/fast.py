@@ -46,7 +46,6 @@ from kvpool.backends import backend_name
 from kvpool.hash_list import BlockHashList
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
-from kvpool.policy.full_attention import FullAttentionManager
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -100,24 +99,6 @@ def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
     """Why no fast policy serves these arguments, or ``None`` when one does."""
     served = fast_policy_class(*args, **kwargs)
     return served if isinstance(served, str) else None
-
-
-def _num_common_prefix_blocks(pool: Any, tables: dict[str, list[int]], request_id: str) -> int:
-    """A full-attention group's leading blocks every tracked request holds (ref count =
-    tracked requests: ``FullAttentionManager.get_num_common_prefix_blocks``) on the fast
-    pool: the first block usually settles it, so only it is read unless all share it."""
-    table = tables.get(request_id)
-    if not table or table[0] == pool.null_block:
-        return 0
-    tracked = len(tables)
-    if pool.ref_cnt(table[0]) != tracked:
-        return 0
-    common = 0
-    for count in pool.observe().ref_cnts(table):
-        if count != tracked:
-            break
-        common += 1
-    return common
 
 
 class _FastPolicy(KVCacheManager):
@@ -438,12 +419,6 @@ class FastKVCacheManager(_FastPolicy):
             return self.empty_kv_cache_blocks
         return self.make_blocks((list(table),))
 
-    # -- queries ------------------------------------------------------------------------
-
-    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        if not self.enable_caching:  # the coordinator without a prefix cache says none
-            return self.coordinator.get_num_common_prefix_blocks(running_request_id)
-        return [_num_common_prefix_blocks(self.block_pool, self._tables, running_request_id)]
 
 
 class FastHybridKVCacheManager(_FastPolicy):
@@ -456,11 +431,6 @@ class FastHybridKVCacheManager(_FastPolicy):
         #: Per group: its tables, keyed counts, block size and window rule.
         self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
                          m.get_num_skipped_tokens, m.null_block) for m in managers]
-        #: Per group: its tables when its common prefix is full attention's (read here on
-        #: the fast pool), else its manager (asked).
-        self._prefix_rules = [m.req_to_blocks if type(m).get_num_common_prefix_blocks
-                              is FullAttentionManager.get_num_common_prefix_blocks else m
-                              for m in managers]
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
         self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
             else 1
@@ -523,14 +493,6 @@ class FastHybridKVCacheManager(_FastPolicy):
             request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
             num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
             num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
-
-    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
-        if not self.enable_caching:  # the coordinator without a prefix cache says none
-            return self.coordinator.get_num_common_prefix_blocks(running_request_id)
-        pool = self.block_pool
-        return [_num_common_prefix_blocks(pool, rule, running_request_id)
-                if isinstance(rule, dict) else rule.get_num_common_prefix_blocks(running_request_id)
-                for rule in self._prefix_rules]
 
     def _step(self, request: Any, computed: int, total: int, main: int, need: int,
               num_tokens: int, delay_cache_blocks: bool, has_scheduled_reqs: bool) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from kvpool.hashing.coarse import CoarseBlockHashes
 from kvpool.policy.manager import SingleTypeKVCacheManager, trim_to_alignment
-from kvpool.policy.pool_access import longest_prefix_hit, ref_cnts
+from kvpool.policy.pool_access import longest_prefix_hit, ref_cnt, ref_cnts
 from kvpool.policy.specs import (
     FullAttentionSpec,
     KVCacheSpec,
@@ -114,7 +114,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         if not table:
             return 0
         tracked = len(self.req_to_blocks)
-        if ref_cnts(self.block_pool, table[:1])[0] != tracked:
+        if ref_cnt(self.block_pool, table[0]) != tracked:
             return 0  # the usual answer, from one block (the scheduler asks every step)
         common = 0
         for count in ref_cnts(self.block_pool, table):

@@ -64,9 +64,21 @@ def ref_cnts(pool: Any, blocks: Sequence[int]) -> list[int]:
     return [counts.get(b, 0) for b in blocks]
 
 
+def ref_cnt(pool: Any, block: int) -> int:
+    """One block's ref count (the null block reads as 0): the pool's scalar query where it
+    has one (the fast pool's reads one array cell), else ``observe()``."""
+    if block == pool.null_block:
+        return 0
+    own = getattr(pool, "ref_cnt", None)
+    if own is not None:
+        return own(block)  # type: ignore[no-any-return]
+    return pool.observe().ref_cnts([block])[0]  # type: ignore[no-any-return]
+
+
 def has_key(pool: Any, block: int) -> bool:
     """Whether ``block`` carries a primary key now."""
     return block != pool.null_block and pool.observe().key_tokens(block) is not None
 
 
-__all__ = ["cached_from_end", "has_key", "longest_prefix_hit", "num_evictable", "ref_cnts"]
+__all__ = ["cached_from_end", "has_key", "longest_prefix_hit", "num_evictable", "ref_cnt",
+           "ref_cnts"]
