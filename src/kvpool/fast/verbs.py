@@ -120,7 +120,7 @@ class FastBatchVerbs:
         groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else as_group_ids(ids)
         lean = self._lean_lookup_buffer(block_hashes, groups_t, max_num_blocks)
         if lean is not None:  # the common call: one group, a list of bytes of one width
-            buf, lens = lean
+            buf, lens, _ = lean
             groups, out = self._lookup_arrays(groups_t, len(lens))  # type: ignore[attr-defined]
             code = self._st.lookup(buf, lens, groups, out)
             if code:
@@ -154,7 +154,7 @@ class FastBatchVerbs:
             lean = self._range_buffer(block_hashes, start, stop)
         if lean is None:  # the checked composition: its errors, or an empty range
             return batch.get_cached_blocks(self, block_hashes, ids, start, stop)
-        buf, lens = lean
+        buf, lens, _ = lean
         n = stop - start
         groups, out = self._lookup_arrays(groups_t, n)  # type: ignore[attr-defined]
         code = self._st.lookup_each(buf, lens, groups, out)
@@ -167,25 +167,25 @@ class FastBatchVerbs:
 
     @staticmethod
     def _range_buffer(block_hashes: Any, start: int, stop: int
-                      ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The kernel's (buffer, lengths) for hashes ``[start, stop)`` when every one is
-        ``bytes`` (the packed companion: no pass); ``None`` otherwise."""
+                      ) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The kernel's (buffer, lengths, longest length) for hashes ``[start, stop)`` when
+        every one is ``bytes`` (the packed companion: no pass); ``None`` otherwise."""
         if type(block_hashes) is BlockHashList:
             view = block_hashes.packed(stop)
             if view is not None:
                 width = block_hashes.width
-                return view[start * width :], uniform_lens(stop - start, width)
+                return view[start * width :], uniform_lens(stop - start, width), width
         window = block_hashes if start == 0 and stop == len(block_hashes) \
             else block_hashes[start:stop]
         if set(map(type, window)) != _BYTES_ONLY:
             return None
-        buf, lens, _ = hash_buffer(window, all_bytes=True)
-        return buf, lens
+        return hash_buffer(window, all_bytes=True)
 
     @staticmethod
     def _lean_lookup_buffer(block_hashes: Any, groups: tuple[Any, ...],
-                            max_num_blocks: int | None) -> tuple[np.ndarray, np.ndarray] | None:
-        """The kernel's (buffer, lengths) for a lookup every check of
+                            max_num_blocks: int | None
+                            ) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The kernel's (buffer, lengths, longest length) for a lookup every check of
         :func:`kvpool.batch.check_lookup_arguments` passes — one valid group, no limit or a
         positive int one, a non-empty list whose (first ``max_num_blocks``) entries are
         ``bytes`` — in one pass of each kind (a packed companion: none); ``None`` otherwise
@@ -238,10 +238,14 @@ class FastBatchVerbs:
                                   num_cached, num_full)
         if not ratio:
             return self.get_new_blocks(n)  # type: ignore[attr-defined]
-        error = write_rejection(self, request, hashes, num_cached, num_full, block_size,
-                                kv_cache_group_id)
-        if error:
-            raise error
+        # The hashes the write reads, packed: a list of bytes (or its packed companion) at
+        # block size = hash block size in one pass (none), anything else after the checks.
+        packed = self._range_buffer(hashes, num_cached, num_full) if ratio == 1 else None
+        if packed is None or self.enable_kv_cache_events:  # (packed: every hash is bytes)
+            error = write_rejection(self, request, hashes, num_cached, num_full, block_size,
+                                    kv_cache_group_id)
+            if error:
+                raise error
         old_cand = old[num_cached:num_full]
         cand = np.empty(num_full - num_cached, np.int64)
         try:
@@ -249,8 +253,9 @@ class FastBatchVerbs:
         except OverflowError:
             raise self._first_bad_id(old_cand) from None  # type: ignore[attr-defined]
         first_new = max(0, num_cached - len(old))
-        selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio]
-        buf, lens, max_len = hash_buffer(selected)
+        selected = hashes[num_cached * ratio + ratio - 1 : num_full * ratio : ratio] \
+            if packed is None or self.enable_kv_cache_events else ()  # (the event reads them)
+        buf, lens, max_len = packed if packed is not None else hash_buffer(selected)
         mask_arr = None if mask is None else np.array(mask, dtype=np.uint8).reshape(-1)
         code = self._st.allocate_and_cache(n, cand, len(old_cand), first_new, mask_arr, buf,
                                            lens, max_len, num_cached, ratio, kv_cache_group_id,

@@ -211,10 +211,8 @@ class FastKVCacheManager(_FastPolicy):
                 has_scheduled_reqs)
         bs = self._block_size
         table = self._tables[rid]
-        max_len = self.max_model_len
         main = computed + num_new_tokens
-        new: list[int] = []
-        if (main + num_lookahead_tokens <= len(table) * bs and computed <= max_len
+        if (main + num_lookahead_tokens <= len(table) * bs and computed <= self.max_model_len
                 and not self.watermark_blocks):
             # Most decode steps: the last block has room for the new and lookahead tokens
             # and no watermark applies (below max_len, main is uncapped). What the general
@@ -225,7 +223,9 @@ class FastKVCacheManager(_FastPolicy):
                     or delay_cache_blocks or not self.enable_caching):
                 self._live[rid] = (num_tokens, computed)
                 return self.empty_kv_cache_blocks
+            new: list[int] = []
         else:
+            max_len = self.max_model_len
             main = (computed if computed < max_len else max_len) + num_new_tokens
             need = main + num_lookahead_tokens
             if need > max_len:
@@ -242,6 +242,7 @@ class FastKVCacheManager(_FastPolicy):
                     return None
             elif num_new + watermark > free:
                 return None
+            new = []
             if num_new:  # the step's token starts a block (every block_size-th step)
                 new = self.block_pool.get_new_blocks(num_new)
                 table.extend(new)
@@ -326,7 +327,8 @@ class FastKVCacheManager(_FastPolicy):
         pool = self.block_pool
         # Hits that are free cached candidates leave the free count when touched. Counting
         # them costs more than the rest of a budget check, so they are only counted when
-        # the allocation would not fit even if every hit were one.
+        # the answer depends on it: the allocation fits if no hit is one, and would not if
+        # every hit were (a waiting request retried under pressure is refused uncounted).
         if full_sequence_must_fit:
             # The admission gate: the whole sequence must fit beside the watermark (the
             # reserved blocks are not subtracted here, as in the generic policy).
@@ -334,7 +336,7 @@ class FastKVCacheManager(_FastPolicy):
             gate = -(-full // bs) - held - (len(hits) if hits else 0)
             wanted = (gate if gate > 0 else 0) + watermark
             free = pool.get_num_free_blocks()
-            if hits and wanted + len(hits) > free:
+            if hits and wanted <= free < wanted + len(hits):
                 wanted += self._num_evictable(hits)
             if wanted > free:
                 return None
@@ -342,7 +344,7 @@ class FastKVCacheManager(_FastPolicy):
         if num_new or watermark or reserved_blocks or hits:
             available = pool.get_num_free_blocks() - reserved_blocks
             wanted = num_new + watermark
-            if hits and wanted + len(hits) > available:
+            if hits and wanted <= available < wanted + len(hits):
                 wanted += self._num_evictable(hits)
             if wanted > available:
                 return None
