@@ -325,28 +325,18 @@ class FastKVCacheManager(_FastPolicy):
         if has_scheduled_reqs and request.status in self.watermark_statuses:
             watermark = self.watermark_blocks
         pool = self.block_pool
-        # Hits that are free cached candidates leave the free count when touched. Counting
-        # them costs more than the rest of a budget check, so they are only counted when
-        # the answer depends on it: the allocation fits if no hit is one, and would not if
-        # every hit were (a waiting request retried under pressure is refused uncounted).
         if full_sequence_must_fit:
             # The admission gate: the whole sequence must fit beside the watermark (the
             # reserved blocks are not subtracted here, as in the generic policy).
             full = num_tokens if num_tokens < max_len else max_len
             gate = -(-full // bs) - held - (len(hits) if hits else 0)
             wanted = (gate if gate > 0 else 0) + watermark
-            free = pool.get_num_free_blocks()
-            if hits and wanted <= free < wanted + len(hits):
-                wanted += self._num_evictable(hits)
-            if wanted > free:
+            if not self._fits(hits, wanted, pool.get_num_free_blocks()):
                 return None
         # The budget of this step.
         if num_new or watermark or reserved_blocks or hits:
             available = pool.get_num_free_blocks() - reserved_blocks
-            wanted = num_new + watermark
-            if hits and wanted <= available < wanted + len(hits):
-                wanted += self._num_evictable(hits)
-            if wanted > available:
+            if not self._fits(hits, num_new + watermark, available):
                 return None
         if hits is not None:  # install the hits: a ref each, counted as cached
             if hits and self.enable_caching:
@@ -394,6 +384,16 @@ class FastKVCacheManager(_FastPolicy):
             if not self.enable_caching:
                 return None
         return hits
+
+    def _fits(self, hits: Sequence[int] | None, wanted: int, free: int) -> bool:
+        """Whether ``wanted`` blocks fit in ``free`` beside the hits. Hits that are free cached
+        candidates leave the free count when touched; counting them costs more than the
+        rest of a budget check, so they are counted only when the answer depends on it: the
+        allocation fits if no hit is one and would not if every hit were (a waiting request
+        retried under pressure is refused uncounted)."""
+        if hits and wanted <= free < wanted + len(hits):
+            wanted += self._num_evictable(hits)
+        return wanted <= free
 
     def _num_evictable(self, hits: Sequence[int]) -> int:
         """How many hits are free cached candidates (ref 0): a touch takes each out of the
