@@ -28,16 +28,17 @@ def test_a_child_that_dies_is_a_typed_error_with_its_stderr() -> None:
         child.ask({"x": 1})
 
 
-def run(scheduler: float, manager: float, digest: str = "d") -> dict:
+def run(scheduler: float, manager: float, digest: str = "d", requests: float = 0.5) -> dict:
     return {"steps": 100, "digest": digest, "scheduler_cpu_s": scheduler,
-            "manager_cpu_s": manager, "manager_calls": 1000,
+            "manager_cpu_s": manager, "manager_calls": 1000, "requests_cpu_s": requests,
             "manager_repr": "KvpoolKVCacheManager(...)", "first_step_cpu_s": 0.002}
 
 
 def test_the_summary_takes_medians_and_ratios_to_vllm() -> None:
     config = vs.SchedulerBenchConfig(python="py", kit="kit", rounds=3)
     runs = {"vllm": [run(2.0, 1.0), run(2.2, 1.2), run(9.0, 5.0)],
-            "kvpool": [run(1.0, 0.25), run(1.1, 0.3), run(1.2, 0.2)]}
+            "kvpool": [run(1.0, 0.25, requests=0.6), run(1.1, 0.3, requests=0.7),
+                       run(1.2, 0.2, requests=0.4)]}
     result = vs._summary(config, runs, install_s=0.5, first=run(1, 1))
     assert result["ratios"]["manager"] == pytest.approx(1.2 / 0.25)
     assert result["ratios"]["scheduler"] == pytest.approx(2.2 / 1.1)
@@ -48,6 +49,8 @@ def test_the_summary_takes_medians_and_ratios_to_vllm() -> None:
     assert rows["KV manager CPU, whole trace"][3:] == ["4.80x", ">= 5x missed"]
     assert rows["scheduler step CPU"][4] == ">= 1.6x met"
     assert rows["first scheduler step CPU"][4] == "<= 1 s met"
+    # Work the drop-in moves out of the manager (packing the prompt's digests) is shown.
+    assert rows["requests built and added, CPU"][1:4] == ["0.500 s", "0.600 s", "0.83x"]
     assert [row[3] for row in vs.render_rows(result) if "lowest" in row[0]] == [
         "4.00-25.00x", "2.00-7.50x"]
 

@@ -8,7 +8,9 @@ blocks, prefix caching on): one with vLLM's own ``KVCacheManager``, one with kvp
 ``rounds`` timed runs alternate between the sides, so a slow spell of the shared machine hits
 both. Per run, on the thread's CPU clock: the scheduler step (``schedule`` +
 ``update_from_output``) and the KV manager's share of it (its public methods, outermost
-calls only), plus the decisions digest of the run, which must be equal on both sides (a run
+calls only), building and adding the requests (where vLLM's hasher hashes the prompts and
+the drop-in's also packs them: work moved out of the manager is shown, not hidden), plus
+the decisions digest of the run, which must be equal on both sides (a run
 whose digests differ is a divergence, exit 1). Figures are medians over the rounds.
 
 The kvpool side also reports what an engine pays at start: the seconds :func:`install`
@@ -119,6 +121,7 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
     for side, rs in runs.items():
         sched, manager = _median(rs, "scheduler_cpu_s"), _median(rs, "manager_cpu_s")
         sides[side] = {"scheduler_cpu_s": sched, "manager_cpu_s": manager,
+                       "requests_cpu_s": _median(rs, "requests_cpu_s"),
                        "scheduler_us_per_step": 1e6 * sched / steps,
                        "manager_us_per_step": 1e6 * manager / steps,
                        "manager_share": manager / sched if sched else 0.0,
@@ -212,6 +215,9 @@ def render_rows(result: dict[str, Any]) -> list[list[str]]:
         ["  ratio, lowest-highest round", "", "", spread("scheduler"), ""],
         ["manager share of the step", f"{100 * v['manager_share']:.0f} %",
          f"{100 * k['manager_share']:.0f} %", "", ""],
+        ["requests built and added, CPU", f"{v['requests_cpu_s']:.3f} s",
+         f"{k['requests_cpu_s']:.3f} s", f"{v['requests_cpu_s'] / k['requests_cpu_s']:.2f}x"
+         if k["requests_cpu_s"] else "", "(hashing; kvpool's also packs)"],
         ["install() (warm disk cache)", "", f"{result['start']['install_s']:.2f} s", "", ""],
         ["first scheduler step CPU", "",
          f"{1e3 * result['start']['first_step_cpu_s']:.1f} ms", "",

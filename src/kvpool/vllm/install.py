@@ -27,6 +27,7 @@ import sys
 from typing import Any
 
 from kvpool.errors import InvalidConfig
+from kvpool.vllm import hashes
 
 logger = logging.getLogger("kvpool.vllm")
 
@@ -52,12 +53,18 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 
 def install(backend: str = "fast", *, policy: str = "auto",
-            on_unsupported: str = "error", warm_up: bool = True) -> None:
+            on_unsupported: str = "error", warm_up: bool = True,
+            pack_hashes: bool = True) -> None:
     """Make vLLM's scheduler build kvpool's KV cache manager (module docstring).
 
     Idempotent; a second call with other options replaces the first. ``warm_up`` compiles
-    the fast backend's kernels now (one log line with the time it took)."""
+    the fast backend's kernels now (one log line with the time it took). ``pack_hashes``
+    (fast backend only) has the engine's block hasher keep each prompt's digests packed
+    where the fast pool reads them in place (:mod:`kvpool.vllm.hashes`: vLLM's own hasher
+    and digests, in a ``list`` subclass)."""
     _choice("backend", backend, BACKENDS)
+    if type(pack_hashes) is not bool:
+        raise InvalidConfig(f"pack_hashes must be True or False, got {pack_hashes!r}")
     _choice("policy", policy, POLICIES)
     _choice("on_unsupported", on_unsupported, ("error", "fallback"))
     from vllm.v1.core import kv_cache_manager as vllm_manager_module
@@ -97,8 +104,13 @@ def install(backend: str = "fast", *, policy: str = "auto",
             return stock(*args, **kwargs)
 
     _installed.update(stock=stock, backend=backend, policy=policy,
-                      on_unsupported=on_unsupported)
+                      on_unsupported=on_unsupported,
+                      pack_hashes=pack_hashes and backend == "fast")
     scheduler_module.KVCacheManager = build
+    if _installed["pack_hashes"]:
+        hashes.install()
+    else:
+        hashes.uninstall()
     del vllm_manager_module  # imported so that vLLM's own module is loaded first
     if backend == "fast":
         # An engine must not compile per process: the one-op verbs come from Numba's disk
@@ -154,6 +166,7 @@ def uninstall() -> None:
     from vllm.v1.core.sched import scheduler as scheduler_module
 
     scheduler_module.KVCacheManager = _installed["stock"]
+    hashes.uninstall()
     _installed.clear()
 
 
@@ -172,7 +185,20 @@ def register() -> None:
     install(backend,
             policy=os.environ.get("KVPOOL_VLLM_POLICY", "auto").strip() or "auto",
             on_unsupported=os.environ.get("KVPOOL_VLLM_ON_UNSUPPORTED", "error").strip()
-            or "error")
+            or "error",
+            pack_hashes=_switch("KVPOOL_VLLM_PACK_HASHES", True))
+
+
+def _switch(name: str, default: bool) -> bool:
+    """An on/off environment variable (``1``/``0``, ``true``/``false``, ``on``/``off``)."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("1", "true", "on", "yes"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    raise InvalidConfig(f"{name} must be 1 or 0 (true/false, on/off), got {value!r}")
 
 
 __all__ = ["BACKENDS", "POLICIES", "install", "installed", "register", "uninstall"]

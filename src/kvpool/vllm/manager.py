@@ -11,8 +11,10 @@ scheduler, its KV connectors and its stats loggers make, in vLLM's types:
 * ``take_events`` returns vLLM's own ``BlockStored`` / ``BlockRemoved`` /
   ``AllBlocksCleared``, annotated as vLLM annotates them, so vLLM's ZeroMQ publisher sends
   kvpool's events unchanged; ``make_prefix_cache_stats`` returns vLLM's ``PrefixCacheStats``;
-* requests are vLLM's own ``Request`` objects, read in place (their ``block_hashes`` are the
-  list vLLM's block hasher fills; nothing is copied).
+* requests are vLLM's own ``Request`` objects, read in place (their ``block_hashes`` hold the
+  digests vLLM's block hasher computes; nothing is copied). With the fast backend
+  :func:`~kvpool.vllm.install` also has the engine's hasher keep each prompt's digests packed
+  (:mod:`kvpool.vllm.hashes`), so that an admission reads them in place.
 
 The decisions are kvpool's policy layer (:class:`kvpool.policy.KVCacheManager`, or the
 fast policy where it serves the configuration): the conformance tier

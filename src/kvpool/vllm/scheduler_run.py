@@ -15,7 +15,9 @@ corrupted, so some are accepted and some rejected.
 kvpool's (``"kvpool"``, through :func:`kvpool.vllm.install`) and returns each step's
 decisions (:func:`step_record`) plus, optionally, CPU times: the whole scheduler step
 (``schedule`` + ``update_from_output``) and the KV manager's share of it, counted at its
-outermost public calls only (a manager method calling another is not counted twice). A
+outermost public calls only (a manager method calling another is not counted twice), and
+building and adding the requests (vLLM's block hasher hashes each prompt there; with the
+drop-in it also packs them, :mod:`kvpool.vllm.hashes`). A
 timed run keeps its decisions' digest, not the decisions: a heap that grows with every
 step's events makes Python's garbage collector run longer inside whichever side allocates
 more, which a serving engine (events sent on, not kept) does not see.
@@ -319,7 +321,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
 
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core import kv_cache_utils
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request, RequestStatus
 
@@ -338,16 +340,21 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     recorder = _Recorder()
     scheduler.kv_event_publisher = recorder
     clock = _ManagerClock(scheduler.kv_cache_manager, by_method) if timing else None
-    init_none_hash(sha256)
-    hasher = get_request_block_hasher(setup.hash_block_size or setup.block_size, sha256)
+    kv_cache_utils.init_none_hash(sha256)
+    # Read after install(), as vLLM's engine core does at start: with kvpool's fast backend
+    # its hashers keep each prompt's digests packed (kvpool.vllm.hashes).
+    hasher = kv_cache_utils.get_request_block_hasher(
+        setup.hash_block_size or setup.block_size, sha256)
     outputs = {rid: out for rid, _, out in workload.requests}
     params: dict[int, Any] = {}
+    began = time.thread_time()
     for rid, prompt, out in workload.requests:
         sampling = params.setdefault(len(out), SamplingParams(max_tokens=len(out),
                                                               ignore_eos=True))
         scheduler.add_request(Request(request_id=rid, prompt_token_ids=list(prompt),
                                       sampling_params=sampling, pooling_params=None,
                                       block_hasher=hasher))
+    requests_seconds = time.thread_time() - began
     records: list[dict[str, Any]] = []
     run_digest = hashlib.sha256()  # the same hash as digest(records), built as it goes
     k = setup.num_speculative_tokens
@@ -434,7 +441,8 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     if timing:
         assert clock is not None
         cpu_per_wall = step_seconds / step_wall if step_wall else 1.0
-        result_dict.update(scheduler_cpu_s=step_seconds, scheduler_wall_s=step_wall,
+        result_dict.update(requests_cpu_s=requests_seconds,
+                           scheduler_cpu_s=step_seconds, scheduler_wall_s=step_wall,
                            manager_wall_s=clock.seconds,
                            manager_cpu_s=clock.seconds * cpu_per_wall,
                            manager_calls=clock.calls, first_step_cpu_s=first_step_s)
