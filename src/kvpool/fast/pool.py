@@ -212,21 +212,20 @@ class FastBlockPool(FastBatchVerbs, FastCore):
                 and 0 <= num_cached < num_full <= len(blocks) and num_full <= len(hashes)
                 and 0 <= kv_cache_group_id <= MAX_GROUP_ID
                 and set(map(type, values := blocks[num_cached:num_full])) == _INT_ONLY):
-            selected = hashes[num_cached:num_full]
-            if len(values) == 1 and type(selected[0]) is bytes:
-                h = selected[0]
+            if len(values) == 1 and type(h := hashes[num_cached]) is bytes:
                 buf, lens, max_len = (np.frombuffer(h, np.uint8), uniform_lens(1, len(h)),
                                       len(h))
             elif type(hashes) is BlockHashList and (view := hashes.packed(num_full)) is not None:
                 max_len = hashes.width  # the packed companion: a view, no pass over the hashes
                 buf, lens = view[num_cached * max_len :], uniform_lens(len(values), max_len)
-            elif set(map(type, selected)) == _BYTES_ONLY:
+            elif set(map(type, selected := hashes[num_cached:num_full])) == _BYTES_ONLY:
                 buf, lens, max_len = hash_buffer(selected, all_bytes=True)
             else:  # a hash that is not bytes: the shell's checks say which, in spec order
                 return super().cache_full_blocks(request, blocks, num_cached_blocks,
                                                  num_full_blocks, block_size, kv_cache_group_id)
             event = None
             if self.enable_kv_cache_events:
+                selected = hashes[num_cached:num_full]  # read now, as every other path does
                 if NULL_BLOCK_ID in values:  # the event skips null blocks: built after
                     self.check_reportable(request, hashes, len(blocks), num_cached, num_full,
                                           block_size, kv_cache_group_id, None)
