@@ -178,43 +178,50 @@ def test_vllm_033_refuses_what_kvpool_does_not_serve_at_engine_start() -> None:
     assert "manager vllm.v1.core.kv_cache_manager" in out
 
 
+PACKING_SCRIPT = """
+import json
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core import kv_cache_utils as u
+from vllm.v1.engine import core as engine_core
+from vllm.v1.request import Request
+import kvpool.vllm as d
+u.init_none_hash(sha256)
+
+def make():
+    hasher = engine_core.get_request_block_hasher(16, sha256)  # as the engine core gets it
+    return Request(request_id="r", prompt_token_ids=list(range(70)), pooling_params=None,
+                   sampling_params=SamplingParams(max_tokens=64), block_hasher=hasher)
+
+stock = make()
+d.install("fast", warm_up=False)
+packed = make()
+hashes = packed.block_hashes
+seen = {"type": type(hashes).__name__, "prompt_packed": hashes.packed_count,
+        "hands_over": packed._block_hasher.__qualname__.endswith("request_block_hasher")
+        and packed._block_hasher.__module__ == u.__name__}
+for t in range(40):
+    stock.append_output_token_ids(t)
+    packed.append_output_token_ids(t)
+seen["equal"] = hashes == stock.block_hashes
+seen["count"] = len(hashes)
+seen["packed_all"] = bytes(hashes.packed(len(hashes))) == b"".join(stock.block_hashes)
+d.install("reference", warm_up=False)
+seen["reference"] = type(make().block_hashes).__name__
+d.install("fast", warm_up=False)
+d.uninstall()
+seen["restored"] = type(make().block_hashes).__name__
+print(json.dumps(seen))
+"""
+
+
 @pytest.mark.parametrize("version", ["025", "033"])
 def test_vllms_requests_get_vllms_digests_with_the_prompt_packed(version: str) -> None:
     """install() gives vLLM's engine core a hasher factory whose hashers pack each prompt's
     digests (kvpool.vllm.hashes): vLLM's Request then holds vLLM's exact digests, in a
     packed list, and calls vLLM's own hasher after every token; uninstall() restores it."""
     python = need(version)
-    out = run_script(python, (
-        "import json\n"
-        "from vllm.sampling_params import SamplingParams\n"
-        "from vllm.utils.hashing import sha256\n"
-        "from vllm.v1.core import kv_cache_utils as u\n"
-        "from vllm.v1.engine import core as engine_core\n"
-        "from vllm.v1.request import Request\n"
-        "import kvpool.vllm as d\n"
-        "u.init_none_hash(sha256)\n"
-        "def make(hasher):\n"
-        "    return Request(request_id='r', prompt_token_ids=list(range(70)),\n"
-        "                   sampling_params=SamplingParams(max_tokens=64), pooling_params=None,\n"
-        "                   block_hasher=hasher)\n"
-        "stock = make(engine_core.get_request_block_hasher(16, sha256))\n"
-        "d.install('fast', warm_up=False)\n"
-        "packed = make(engine_core.get_request_block_hasher(16, sha256))\n"
-        "seen = {'type': type(packed.block_hashes).__name__,\n"
-        "        'prompt_packed': packed.block_hashes.packed_count,\n"
-        "        'hands_over': packed._block_hasher.__qualname__ == 'get_request_block_hasher.<locals>.request_block_hasher'}\n"
-        "for t in range(40):\n"
-        "    stock.append_output_token_ids(t)\n"
-        "    packed.append_output_token_ids(t)\n"
-        "seen['equal'] = packed.block_hashes == stock.block_hashes\n"
-        "seen['count'] = len(packed.block_hashes)\n"
-        "seen['packed_all'] = bytes(packed.block_hashes.packed(len(stock.block_hashes))) == b''.join(stock.block_hashes)\n"
-        "d.install('reference', warm_up=False)\n"
-        "seen['reference'] = type(make(engine_core.get_request_block_hasher(16, sha256)).block_hashes).__name__\n"
-        "d.install('fast', warm_up=False)\n"
-        "d.uninstall()\n"
-        "seen['restored'] = type(make(engine_core.get_request_block_hasher(16, sha256)).block_hashes).__name__\n"
-        "print(json.dumps(seen))\n"))
+    out = run_script(python, PACKING_SCRIPT)
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen == {"type": "BlockHashList", "prompt_packed": 4, "hands_over": True,
                     "equal": True, "count": 6, "packed_all": True, "reference": "list",

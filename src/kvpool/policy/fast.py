@@ -415,6 +415,11 @@ class FastKVCacheManager(_FastPolicy):
             table.reverse()
             self.block_pool.free_blocks(table)
 
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        # The one group's own rule, without the facade's and coordinator's frames (the
+        # scheduler asks every step).
+        return [self._manager.get_num_common_prefix_blocks(running_request_id)]
+
     def get_blocks(self, request_id: str) -> Any:
         table = self._tables.get(request_id)
         if not table:
