@@ -472,6 +472,8 @@ class StackMachine:
                       "take_events()")
         else:
             self.each(lambda s: s.manager.take_events(), "take_events()")
+            # The blocks to zero (vLLM 0.33 zeroes them): the fast policy records its own.
+            self.each(lambda s: s.manager.take_new_block_ids(), "take_new_block_ids()")
 
     def _release_copies(self) -> None:
         """The copies taken at the last boundary have run: release their endpoints."""
