@@ -258,6 +258,10 @@ def _fast_evictable_hits_not_counted(m: Any) -> None:
     m._num_evictable = lambda hits: 0
 
 
+def _fast_zeroing_ids_not_recorded(m: Any) -> None:
+    m._zeroed = False  # the blocks it allocates itself never reach take_new_block_ids
+
+
 def _fast_idle_step_ignores_the_window(m: Any) -> None:
     # The idle test forgets that a sliding window may have a block to null.
     m._groups = [(tables, cached, bs, lambda tokens: 0, null)
@@ -446,6 +450,9 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("fast-evictable-hits-not-counted", "full",
                      "fast policy: budget ignores hits a touch takes out of the free queue",
                      _fast_evictable_hits_not_counted, policy="fast"),
+    PlantedPolicyBug("fast-zeroing-ids-not-recorded", "full",
+                     "fast policy: the blocks it allocates itself are not listed for zeroing",
+                     _fast_zeroing_ids_not_recorded, policy="fast"),
     PlantedPolicyBug("fast-stack-evictable-hits-not-counted", "full",
                      "fast policy stack, generic code it falls back to: budget ignores hits "
                      "a touch takes out of the queue", _evictable_hits_not_counted,
