@@ -6,7 +6,9 @@ From vLLM's plain ``list`` of ``bytes`` each read is a type pass and a join over
 objects that were last touched when the request arrived, long before the scheduler admits
 it, so they are cold by then (~13 µs an admission inside vLLM's scheduler, measured). Packed
 right after hashing, while they are hot, the pool reads them in place
-(:meth:`BlockHashList.packed`).
+(:meth:`BlockHashList.packed`). A serving engine builds requests in its input thread
+(``EngineCore.preprocess_add_request``, run there to overlap the forward pass), so the pack
+also leaves the scheduling loop.
 
 **How.** vLLM's ``Request`` (0.25 and 0.33) sets ``block_hashes = []`` and
 ``_block_hasher = hasher``, then ``update_block_hashes()`` extends ``block_hashes`` with
