@@ -226,3 +226,51 @@ def test_vllms_requests_get_vllms_digests_with_the_prompt_packed(version: str) -
     assert seen == {"type": "BlockHashList", "prompt_packed": 4, "hands_over": True,
                     "equal": True, "count": 6, "packed_all": True, "reference": "list",
                     "restored": "list"}
+
+
+IN_FLIGHT_SCRIPT = """
+import json
+from kvpool.vllm import scheduler_run as sr
+import kvpool.vllm as d
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core import kv_cache_utils as u
+from vllm.v1.request import Request
+u.init_none_hash(sha256)
+
+def tables(policy):
+    if policy == "vllm":
+        d.uninstall()
+    else:
+        d.install("fast", policy=policy, warm_up=False)
+    setup = sr.Setup(model="full+swa", num_blocks=400, sliding_window=64)
+    manager = sr.build_scheduler(setup).kv_cache_manager
+    request = Request(request_id="r", prompt_token_ids=list(range(100)), pooling_params=None,
+                      sampling_params=SamplingParams(max_tokens=200),
+                      block_hasher=u.get_request_block_hasher(16, sha256))
+    hits, n = manager.get_computed_blocks(request)[:2]
+    manager.allocate_slots(request, 100 - n, n, hits)
+    request.num_computed_tokens = 100
+    out = [type(getattr(manager, "manager", manager)).__name__]  # the policy serving it
+    for t in range(60):
+        request.append_output_token_ids(t)
+        request.num_in_flight_tokens = 3  # scheduled, not processed yet (async scheduling)
+        manager.allocate_slots(request, 1)
+        request.num_computed_tokens += 1
+        out.append(manager.get_block_ids("r"))
+    return out
+
+print(json.dumps({policy: tables(policy) for policy in ("vllm", "fast", "generic")}))
+"""
+
+
+def test_vllm_033_keeps_the_window_blocks_of_tokens_in_flight_on_every_policy() -> None:
+    """With async scheduling vLLM 0.33 frees a sliding window's blocks behind the tokens
+    already processed, not those in flight. The hybrid fast policy's collapsed step frees
+    behind the computed tokens; the drop-in sends such calls to the generic step (found in
+    session 15: block 10 freed at step 11 while in-flight tokens still attended to it)."""
+    python = need("033")
+    runs = json.loads(run_script(python, IN_FLIGHT_SCRIPT).strip().splitlines()[-1])
+    assert runs["fast"][0].startswith("FastHybridKVCacheManager")
+    assert runs["fast"][1:] == runs["vllm"][1:] == runs["generic"][1:]
+    assert any(0 in groups[1] for groups in runs["vllm"][1:])  # the window did free blocks
