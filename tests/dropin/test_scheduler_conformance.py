@@ -266,9 +266,10 @@ print(json.dumps({policy: tables(policy) for policy in ("vllm", "fast", "generic
 
 def test_vllm_033_keeps_the_window_blocks_of_tokens_in_flight_on_every_policy() -> None:
     """With async scheduling vLLM 0.33 frees a sliding window's blocks behind the tokens
-    already processed, not those in flight. The hybrid fast policy's collapsed step frees
-    behind the computed tokens; the drop-in sends such calls to the generic step (found in
-    session 15: block 10 freed at step 11 while in-flight tokens still attended to it)."""
+    already processed, not those in flight (the drop-in shifts the coordinator's free). The
+    hybrid fast policy's step used to free through each manager, unshifted (found in session
+    15: block 10 freed at step 11 while in-flight tokens still attended to it); it frees
+    through the coordinator now, as the generic step does."""
     python = need("033")
     runs = json.loads(run_script(python, IN_FLIGHT_SCRIPT).strip().splitlines()[-1])
     assert runs["fast"][0].startswith("FastHybridKVCacheManager")

@@ -416,6 +416,8 @@ class FastKVCacheManager(_FastPolicy):
             self.block_pool.free_blocks(table)
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        if not self.enable_caching:  # the coordinator without a prefix cache says none
+            return self.coordinator.get_num_common_prefix_blocks(running_request_id)
         # The one group's own rule, without the facade's and coordinator's frames (the
         # scheduler asks every step).
         return [self._manager.get_num_common_prefix_blocks(running_request_id)]
@@ -425,7 +427,6 @@ class FastKVCacheManager(_FastPolicy):
         if not table:
             return self.empty_kv_cache_blocks
         return self.make_blocks((list(table),))
-
 
 
 class FastHybridKVCacheManager(_FastPolicy):
@@ -510,9 +511,10 @@ class FastHybridKVCacheManager(_FastPolicy):
         facade's and the coordinator's checks and fan-out around them."""
         rid = request.request_id
         managers = self._managers
-        num_prompt_tokens = request.num_prompt_tokens
-        for m in managers:  # freed even if the budget then refuses (as in the generic step)
-            m.remove_skipped_blocks(rid, total, num_prompt_tokens)
+        # Freed even if the budget then refuses (as in the generic step), through the
+        # coordinator as the generic step does: a host that frees behind fewer tokens (vLLM
+        # 0.33's drop-in, behind those still in flight) shifts it there, for both policies.
+        self.coordinator.remove_skipped_blocks(rid, total, request.num_prompt_tokens)
         needed = 0
         for m in managers:
             needed += m.get_num_blocks_to_allocate(rid, need, (), total, main)

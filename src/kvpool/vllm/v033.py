@@ -29,7 +29,6 @@ it than 0.25's. :class:`Kvpool033KVCacheManager` is the 0.25 drop-in with what c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
@@ -37,8 +36,6 @@ from vllm.v1.kv_cache_interface import AttentionSpec as VllmAttentionSpec
 from vllm.v1.kv_cache_interface import CircularBufferSpec as VllmCircularBufferSpec
 from vllm.v1.metrics.stats import PrefixCacheStats
 
-from kvpool.policy.facade import KVCacheManager
-from kvpool.policy.fast import FastHybridKVCacheManager
 from kvpool.vllm.blocks import BlockView, block_ids_of
 from kvpool.vllm.config import UnsupportedConfig
 from kvpool.vllm.manager import KvpoolKVCacheManager
@@ -151,12 +148,9 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
         # 0.33 frees out-of-window blocks on the processed-token basis: in allocate_slots,
         # behind the request's tokens still in flight (async scheduling). The facade frees
         # behind the computed ones; its coordinator call is shifted by the in-flight count.
-        # The hybrid fast policy's collapsed steps test and free the windows themselves,
-        # behind the computed tokens: with tokens in flight they would free blocks those
-        # tokens still attend to, so such a call takes the generic step (on the same state).
+        # The hybrid fast policy's step frees through the coordinator too; its idle test
+        # reads the windows behind the computed tokens, which only ever finds more to free.
         self._in_flight = 0
-        self._allocate_in_flight = partial(KVCacheManager.allocate_slots, manager) \
-            if isinstance(manager, FastHybridKVCacheManager) else manager.allocate_slots
         coordinator = manager.coordinator
         remove = coordinator.remove_skipped_blocks
 
@@ -256,7 +250,7 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
                 has_scheduled_reqs)
         self._in_flight = in_flight
         try:
-            return self._allocate_in_flight(
+            return self._facade_allocate(
                 request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
