@@ -185,3 +185,9 @@ def test_the_switch_is_typed_before_vllm_is_imported(monkeypatch) -> None:
     monkeypatch.setenv("KVPOOL_VLLM_PACK_HASHES", "maybe")
     with pytest.raises(InvalidConfig, match="KVPOOL_VLLM_PACK_HASHES must be 1 or 0"):
         dropin.register()  # (without vLLM installed, importing it first would fail otherwise)
+
+
+def test_a_hasher_or_factory_that_is_not_callable_is_a_typed_error() -> None:
+    for make in (packing.packing_block_hasher, packing.packing_factory):
+        with pytest.raises(InvalidConfig, match="must be callable, got 5"):
+            make(5)  # type: ignore[arg-type]

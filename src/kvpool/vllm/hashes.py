@@ -38,6 +38,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from kvpool.errors import InvalidConfig
 from kvpool.hash_list import BlockHashList
 
 Hasher = Callable[[Any], list[Any]]
@@ -50,9 +51,15 @@ patched one from its home)."""
 _stock: dict[str, Any] = {}
 
 
+def _check_callable(name: str, value: Any) -> None:
+    if not callable(value):
+        raise InvalidConfig(f"{name} must be callable, got {value!r}")
+
+
 def packing_block_hasher(hasher: Hasher) -> Hasher:
     """vLLM's request block hasher ``hasher``, packing each request's prompt digests on its
     first call and then leaving the request to ``hasher`` (module docstring)."""
+    _check_callable("hasher", hasher)
 
     def first_call(request: Any) -> list[Any]:
         digests = hasher(request)
@@ -74,6 +81,7 @@ def packing_block_hasher(hasher: Hasher) -> Hasher:
 
 def packing_factory(factory: Callable[..., Hasher]) -> Callable[..., Hasher]:
     """``get_request_block_hasher`` whose hashers pack (:func:`packing_block_hasher`)."""
+    _check_callable("factory", factory)
 
     def get_request_block_hasher(*args: Any, **kwargs: Any) -> Hasher:
         return packing_block_hasher(factory(*args, **kwargs))
