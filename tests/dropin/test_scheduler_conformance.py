@@ -8,7 +8,9 @@ Skipped unless a vLLM kit's python is named (``../shared/vllm-kit``, then
     .venv/bin/python -m pytest -q tests/vllm
 
 For each workload the driver (:mod:`kvpool.vllm.scheduler_run`) replays the kit's chat trace
-through vLLM's scheduler with a fake model, once with vLLM's own ``KVCacheManager`` and once
+through vLLM's scheduler with a fake model (the ``async`` workloads: vLLM's
+``AsyncScheduler``, stepped as its engine core steps it, the next batch scheduled while the
+last one is in flight), once with vLLM's own ``KVCacheManager`` and once
 per kvpool backend through :func:`kvpool.vllm.install`, and compares every step: tokens
 scheduled per request, new block ids per group, resumed, preempted and finished requests,
 common prefix blocks, speculative tokens, and every KV event. No difference is tolerated.
@@ -77,6 +79,26 @@ WORKLOADS = [
     # by its store (both versions have it; no worker runs)
     ("example connector", {"connector": True}, {"num_requests": 300}, ["fast", "reference"],
      {"external_tokens": 50_000}),
+    ("full+mamba ngram-spec-decode", {"model": "full+mamba", "num_blocks": 4000,
+                                      "num_speculative_tokens": 2},
+     {"num_requests": 300}, ["fast", "reference"], {"spec_tokens": 1000, "preempted": 5}),
+    # Async scheduling, the default of both versions' engines: each step is scheduled
+    # before the previous one is back (vLLM's AsyncScheduler, a batch queue of two).
+    ("async", {"async_scheduling": True}, {"num_requests": 300}, ["fast", "reference"],
+     {"scheduled_with_a_batch_in_flight": 300, "BlockRemoved": 1000}),
+    ("async preemptions", {"num_blocks": 1500, "async_scheduling": True},
+     {"num_requests": 300}, ["fast", "reference"],
+     {"preempted": 10, "scheduled_with_a_batch_in_flight": 1000}),
+    ("async aborts+reset", {"async_scheduling": True},
+     {"num_requests": 300, "abort_every": 7, "reset_at": [40, 120]}, ["fast", "reference"],
+     {"aborted_waiting": 20, "aborted_running": 20, "resets": 2,
+      "scheduled_with_a_batch_in_flight": 200}),
+    ("full+swa async", {"model": "full+swa", "num_blocks": 4000, "async_scheduling": True},
+     {"num_requests": 300}, ["fast", "reference"],
+     {"BlockRemoved": 1000, "scheduled_with_a_batch_in_flight": 1000}),
+    ("full+mamba async", {"model": "full+mamba", "num_blocks": 4000, "async_scheduling": True},
+     {"num_requests": 300}, ["fast", "reference"],
+     {"preempted": 5, "scheduled_with_a_batch_in_flight": 500}),
 ]
 
 

@@ -14,7 +14,7 @@ from kvpool.harness.stack.configs import CONFIGURATIONS
 from kvpool.harness.stack.run import run_stack_check
 
 CI_STEPS = 600
-PLANTED_BUDGET = 2500
+PLANTED_BUDGET = 5000
 
 
 @pytest.mark.parametrize("name", list(CONFIGURATIONS))

@@ -55,6 +55,9 @@ class SchedulerBenchConfig:
     by_method: bool = False
     """Also time the manager per public method (on both sides; each call then adds to its
     method's totals, so the whole-trace figures of such a run read a little closer to 1)."""
+    async_scheduling: bool = False
+    """vLLM's ``AsyncScheduler`` (the default of its engines), stepped as its engine core
+    steps it: the next batch is scheduled while the last one is in flight."""
 
 
 class _Side(JsonLineProcess):
@@ -84,7 +87,7 @@ def run_vllm_scheduler_bench(config: SchedulerBenchConfig,
     if config.model not in MODELS:
         raise InvalidConfig(f"model must be one of {', '.join(MODELS)}, got {config.model!r}")
     setup = {"num_blocks": config.num_blocks, "kv_events": config.kv_events,
-             "model": config.model}
+             "model": config.model, "async_scheduling": config.async_scheduling}
     base = {"setup": setup, "workload": workload, "timing": True,
             "by_method": config.by_method}
     log("starting vLLM (two processes)")
@@ -133,7 +136,8 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
     return {
         "workload": {"requests": config.num_requests or 2000, "steps": steps,
                      "num_blocks": config.num_blocks, "model": config.model,
-                     "kv_events": config.kv_events},
+                     "kv_events": config.kv_events,
+                     "async_scheduling": config.async_scheduling},
         "backend": config.backend, "manager": runs["kvpool"][0]["manager_repr"],
         "rounds": config.rounds, "digest": runs["vllm"][0]["digest"], "sides": sides,
         "ratios": {"manager": v["manager_cpu_s"] / k["manager_cpu_s"],

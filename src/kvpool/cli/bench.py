@@ -59,6 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-events", action="store_true",
                         help="--vllm-scheduler: KV cache events on (what a KV-aware router "
                         "subscribes to), on both sides")
+    parser.add_argument("--async-scheduling", action="store_true",
+                        help="--vllm-scheduler: vLLM's AsyncScheduler, stepped as its engine "
+                        "core steps it (the next batch scheduled while the last is in "
+                        "flight; the default of vLLM's engines)")
     parser.add_argument("--by-method", action="store_true",
                         help="--vllm-scheduler: also time the manager per public method, on "
                         "both sides (a second table)")
@@ -158,7 +162,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
     config = SchedulerBenchConfig(python=args.vllm_scheduler, kit=kit, backend=backends[0],
                                   rounds=args.rounds, num_requests=args.requests,
                                   model=args.model, kv_events=args.kv_events,
-                                  by_method=args.by_method)
+                                  by_method=args.by_method,
+                                  async_scheduling=args.async_scheduling)
     status, result = _against_vllm(args, "--vllm-scheduler", SchedulerDivergence,
                                    lambda log: run_vllm_scheduler_bench(config, log=log))
     if result is None:
@@ -168,6 +173,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
         return 0
     w = result["workload"]
     model = "" if w.get("model", "full") == "full" else f"{w['model']} model, "
+    if w.get("async_scheduling"):
+        model = f"async scheduling, {model}"
     print_renderable(grid_table(
         ["figure", "vLLM", f"kvpool ({result['backend']})", "vLLM / kvpool", "target"],
         render_rows(result),

@@ -45,8 +45,9 @@ class CircularBufferManager(FullAttentionManager):
 
     def allocate_external_computed_blocks(self, request_id: str,
                                           num_local_computed_tokens: int,
-                                          num_external_computed_tokens: int) -> None:
-        self._claim_ring_block(request_id)
+                                          num_external_computed_tokens: int,
+                                          record_for_zeroing: bool = True) -> None:
+        self._claim_ring_block(request_id)  # never recorded: ring blocks are not zeroed
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int,
                             num_tokens_main_model: int) -> list[int]:

@@ -14,7 +14,7 @@ later) is rejected here, at construction, with an :class:`InvalidConfig` naming 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from kvpool._compat import moved_names
@@ -122,6 +122,13 @@ class KVCacheCoordinator:
                          kv_cache_group_id=i, dcp_world_size=dcp, pcp_world_size=pcp,
                          scheduler_block_size=sbs)
             for i, g in enumerate(groups))
+        #: Whether any group frees blocks as its request advances (windows, Mamba states):
+        #: only then do a request's tokens in flight change a step.
+        self.frees_skipped_blocks = any(
+            type(m).remove_skipped_blocks is not SingleTypeKVCacheManager.remove_skipped_blocks
+            or type(m).get_num_skipped_tokens
+            is not SingleTypeKVCacheManager.get_num_skipped_tokens
+            for m in self.single_type_managers)
 
     @staticmethod
     def _validate_groups(config: KVCacheConfig, caching: bool, parallel: int,
@@ -185,9 +192,12 @@ class KVCacheCoordinator:
     def allocate_new_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[Sequence[int]],
         num_local_computed_tokens: int, num_external_computed_tokens: int,
+        skip_zeroing_group_ids: Collection[int] = (),
     ) -> None:
         """Phase 1: every group touches its hits; phase 2: external blocks. Two phases so
-        one group's allocation cannot evict another group's untouched hits (§11.25)."""
+        one group's allocation cannot evict another group's untouched hits (§11.25). The
+        external blocks of ``skip_zeroing_group_ids`` are not recorded for zeroing (a
+        connector's load writes them)."""
         if self.is_tracked(request_id):
             if any(new_computed_blocks):
                 raise InvalidArgument(f"request {request_id!r} is running; it takes no hits")
@@ -197,9 +207,10 @@ class KVCacheCoordinator:
                                               num_local_computed_tokens,
                                               num_external_computed_tokens)
         if num_external_computed_tokens > 0:
-            for manager in self.single_type_managers:
+            for g, manager in enumerate(self.single_type_managers):
                 manager.allocate_external_computed_blocks(
-                    request_id, num_local_computed_tokens, num_external_computed_tokens)
+                    request_id, num_local_computed_tokens, num_external_computed_tokens,
+                    record_for_zeroing=g not in skip_zeroing_group_ids)
 
     def check_new_blocks(self, request_id: str, num_tokens_main_model: int) -> None:
         """Every group's refusal of the coming allocation, before any group (or the skipped

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import numbers
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from kvpool.errors import InvalidArgument, InvalidConfig, NotRetained
@@ -55,6 +55,17 @@ class BlockCopy(NamedTuple):
     src_block_id: int
     dst_block_id: int
     group_id: int
+
+
+def processed_tokens(request: Any, computed_tokens: int) -> int:
+    """The computed tokens already processed: ``computed_tokens`` less the request's tokens
+    in flight (vLLM 0.33's ``num_in_flight_tokens``: scheduled, their step not back yet;
+    requests without the field have none). Windows free blocks behind these only, since a
+    step in flight still reads the blocks behind its own tokens."""
+    in_flight = getattr(request, "num_in_flight_tokens", 0)
+    if not in_flight:
+        return computed_tokens
+    return max(0, computed_tokens - in_flight)
 
 
 def _count(name: str, value: object) -> int:
@@ -234,14 +245,21 @@ class KVCacheManager:
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: Collection[int] = (),
     ) -> KVCacheBlocks | None:
         """Slots for ``num_new_tokens`` more tokens (plus lookahead); the newly allocated
         blocks per group, or ``None`` if they do not fit (then only out-of-window blocks
-        were freed). See the module docstring for the order of the steps."""
+        were freed). See the module docstring for the order of the steps.
+
+        ``skip_zeroing_group_ids``: groups whose blocks for external tokens a connector's
+        load writes, so they are not recorded for zeroing (vLLM 0.33). A request with a
+        ``num_in_flight_tokens`` field (vLLM 0.33's: tokens scheduled but not processed
+        yet, async scheduling) keeps the out-of-window blocks those tokens still read:
+        the windows free behind the processed tokens."""
         hits = self._check_allocate(request, num_new_tokens, num_new_computed_tokens,
                                     new_computed_blocks, num_lookahead_tokens,
                                     num_external_computed_tokens, num_encoder_tokens,
-                                    reserved_blocks)
+                                    reserved_blocks, skip_zeroing_group_ids)
         coordinator, pool, rid = self.coordinator, self.block_pool, request.request_id
         local = request.num_computed_tokens + num_new_computed_tokens
         total = min(local + num_external_computed_tokens, self.max_model_len)
@@ -259,7 +277,9 @@ class KVCacheManager:
         need_slots = min(main + num_lookahead_tokens, self.max_model_len)
         coordinator.check_new_blocks(rid, main)  # a refusal here changes nothing
         # Freed even if the allocation then fails: those tokens are out of attention anyway.
-        coordinator.remove_skipped_blocks(rid, total, request.num_prompt_tokens)
+        if coordinator.frees_skipped_blocks:
+            coordinator.remove_skipped_blocks(rid, processed_tokens(request, total),
+                                              request.num_prompt_tokens)
         needed = coordinator.get_num_blocks_to_allocate(
             rid, need_slots, hits.blocks, num_encoder_tokens,
             local + num_external_computed_tokens, main, num_local_computed_tokens=local)
@@ -267,7 +287,8 @@ class KVCacheManager:
             return None
         if hits is not self.empty_kv_cache_blocks or num_external_computed_tokens > 0:
             coordinator.allocate_new_computed_blocks(rid, hits.blocks, local,
-                                                     num_external_computed_tokens)
+                                                     num_external_computed_tokens,
+                                                     skip_zeroing_group_ids)
         new = coordinator.allocate_new_blocks(rid, need_slots, main, num_encoder_tokens)
         self._live[rid] = (request.num_tokens, request.num_computed_tokens)
         if self.enable_caching and not delay_cache_blocks:
@@ -275,12 +296,24 @@ class KVCacheManager:
             coordinator.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return self._blocks(new)
 
+    def _check_group_ids(self, name: str, ids: object) -> None:
+        n = self.num_kv_cache_groups
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Collection) or any(
+                type(g) is not int or not 0 <= g < n for g in ids):
+            raise InvalidArgument(f"{name} must be a collection of group ids in [0, {n}), "
+                                  f"got {ids!r}")
+
     def _check_allocate(self, request: Any, num_new_tokens: object,
                         num_new_computed_tokens: object,
                         new_computed_blocks: KVCacheBlocks | None,
                         num_lookahead_tokens: object, num_external_computed_tokens: object,
-                        num_encoder_tokens: object, reserved_blocks: object) -> KVCacheBlocks:
+                        num_encoder_tokens: object, reserved_blocks: object,
+                        skip_zeroing_group_ids: object = ()) -> KVCacheBlocks:
         """Every rejection of ``allocate_slots``, before anything changes; the hits."""
+        if skip_zeroing_group_ids != ():
+            self._check_group_ids("skip_zeroing_group_ids", skip_zeroing_group_ids)
+        if self.coordinator.frees_skipped_blocks:  # (read nowhere else)
+            _count("request.num_in_flight_tokens", getattr(request, "num_in_flight_tokens", 0))
         new_tokens = _count("num_new_tokens", num_new_tokens)
         new_computed = _count("num_new_computed_tokens", num_new_computed_tokens)
         _count("num_lookahead_tokens", num_lookahead_tokens)

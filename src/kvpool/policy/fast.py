@@ -39,7 +39,7 @@ policy. Most decode steps are idle steps.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kvpool.backends import backend_name
@@ -63,6 +63,7 @@ _ATTENTION_SPECS = (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
 _INT = {int}
 _BYTES = {bytes}
 _ZERO = 0  # the default of the scheduler's count arguments, tested by identity
+_NO_GROUPS: tuple[int, ...] = ()  # (one object: the empty tuple is a singleton)
 _SIGNATURE = inspect.signature(KVCacheManager.__init__)
 
 
@@ -179,6 +180,7 @@ class FastKVCacheManager(_FastPolicy):
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: Collection[int] = _NO_GROUPS,
     ) -> Any:
         """A running request's step (inline, below) or a plain admission
         (:meth:`_allocate`); anything else — connector loads, the admission gate, every
@@ -194,12 +196,13 @@ class FastKVCacheManager(_FastPolicy):
                 or num_encoder_tokens is not _ZERO or reserved_blocks is not _ZERO
                 or full_sequence_must_fit is not False
                 or num_new_tokens.__class__ is not int
-                or num_lookahead_tokens.__class__ is not int):
+                or num_lookahead_tokens.__class__ is not int
+                or skip_zeroing_group_ids is not _NO_GROUPS):
             return self._allocate(
                 request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                has_scheduled_reqs)
+                has_scheduled_reqs, skip_zeroing_group_ids)
         computed = request.num_computed_tokens
         num_tokens = request.num_tokens
         if (computed.__class__ is not int or computed < seen[1] or num_tokens < seen[0]
@@ -208,7 +211,7 @@ class FastKVCacheManager(_FastPolicy):
                 request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                has_scheduled_reqs)
+                has_scheduled_reqs, skip_zeroing_group_ids)
         bs = self._block_size
         table = self._tables[rid]
         main = computed + num_new_tokens
@@ -272,6 +275,7 @@ class FastKVCacheManager(_FastPolicy):
         full_sequence_must_fit: bool,
         reserved_blocks: int,
         has_scheduled_reqs: bool,
+        skip_zeroing_group_ids: Collection[int],
     ) -> Any:
         """A step that allocates, or a plain admission; the rest in the generic policy."""
         rid = request.request_id
@@ -279,6 +283,7 @@ class FastKVCacheManager(_FastPolicy):
         computed = request.num_computed_tokens
         num_tokens = request.num_tokens
         if (num_external_computed_tokens or num_encoder_tokens
+                or skip_zeroing_group_ids is not _NO_GROUPS
                 or type(num_new_tokens) is not int or num_new_tokens <= 0
                 or type(num_lookahead_tokens) is not int or num_lookahead_tokens < 0
                 or type(reserved_blocks) is not int or reserved_blocks < 0
@@ -289,7 +294,7 @@ class FastKVCacheManager(_FastPolicy):
                 request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                has_scheduled_reqs)
+                has_scheduled_reqs, skip_zeroing_group_ids)
         hits: Sequence[int] | None = None
         if new_computed_blocks is not None and \
                 new_computed_blocks is not self.empty_kv_cache_blocks:
@@ -300,14 +305,14 @@ class FastKVCacheManager(_FastPolicy):
                     request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                     num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                     num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                    has_scheduled_reqs)
+                    has_scheduled_reqs, skip_zeroing_group_ids)
         elif num_new_computed_tokens or computed < 0 or seen is not None and (
                 computed < seen[1] or num_tokens < seen[0]):
             return self._generic_allocate_slots(  # refused there, with the generic message
                 request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
                 num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
                 num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                has_scheduled_reqs)
+                has_scheduled_reqs, skip_zeroing_group_ids)
         max_len = self.max_model_len
         local = computed + num_new_computed_tokens
         total = local if local < max_len else max_len
@@ -415,6 +420,16 @@ class FastKVCacheManager(_FastPolicy):
             table.reverse()
             self.block_pool.free_blocks(table)
 
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        """Key the request's full blocks up to ``num_computed_tokens``. Async scheduling
+        calls it for every request after every step's output: when no block filled since
+        the last key, that is a dict read here (the generic rule's own early return)."""
+        if num_computed_tokens.__class__ is int and self.enable_caching and \
+                num_computed_tokens // self._block_size \
+                <= self._num_cached.get(request.request_id, 0):
+            return
+        super().cache_blocks(request, num_computed_tokens)
+
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
         if not self.enable_caching:  # the coordinator without a prefix cache says none
             return self.coordinator.get_num_common_prefix_blocks(running_request_id)
@@ -439,6 +454,7 @@ class FastHybridKVCacheManager(_FastPolicy):
         #: Per group: its tables, keyed counts, block size and window rule.
         self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
                          m.get_num_skipped_tokens, m.null_block) for m in managers]
+        self._frees = self.coordinator.frees_skipped_blocks
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
         self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
             else 1
@@ -462,6 +478,7 @@ class FastHybridKVCacheManager(_FastPolicy):
         full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
         has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: Collection[int] = _NO_GROUPS,
     ) -> Any:
         """A running request's step with the scheduler's usual arguments here: an idle one
         (nothing to allocate, free or key in any group) in ``O(groups)``, any other one
@@ -474,10 +491,15 @@ class FastHybridKVCacheManager(_FastPolicy):
                 and num_encoder_tokens is _ZERO and reserved_blocks is _ZERO
                 and full_sequence_must_fit is False
                 and num_new_tokens.__class__ is int and num_new_tokens > 0
-                and num_lookahead_tokens.__class__ is int and num_lookahead_tokens >= 0):
+                and num_lookahead_tokens.__class__ is int and num_lookahead_tokens >= 0
+                and skip_zeroing_group_ids is _NO_GROUPS):
             computed = request.num_computed_tokens
             num_tokens = request.num_tokens
-            if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0]:
+            # Tokens in flight only shift what the windows free (read where the generic
+            # policy reads them; anything but a plain count is refused there).
+            in_flight = getattr(request, "num_in_flight_tokens", 0) if self._frees else 0
+            if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0] \
+                    and in_flight.__class__ is int and in_flight >= 0:
                 # The step's token counts, as the generic step has them: computed tokens
                 # (capped), the main model's end, the slots needed (capped).
                 max_len = self.max_model_len
@@ -486,6 +508,8 @@ class FastHybridKVCacheManager(_FastPolicy):
                 need = main + num_lookahead_tokens
                 if need > max_len:
                     need = max_len
+                # Idle behind the computed tokens is idle behind the processed ones: fewer
+                # tokens can only free less.
                 if self._idle(rid, total, main, need, num_tokens, delay_cache_blocks):
                     watermark = self.watermark_blocks
                     if watermark and has_scheduled_reqs and request.status in \
@@ -496,14 +520,16 @@ class FastHybridKVCacheManager(_FastPolicy):
                     return self.empty_kv_cache_blocks
                 if all(rid in m.num_cached_block for m in self._managers):
                     return self._step(request, computed, total, main, need, num_tokens,
-                                      delay_cache_blocks, has_scheduled_reqs)
+                                      in_flight, delay_cache_blocks, has_scheduled_reqs)
         return super().allocate_slots(
             request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
             num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
-            num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs)
+            num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs,
+            skip_zeroing_group_ids)
 
     def _step(self, request: Any, computed: int, total: int, main: int, need: int,
-              num_tokens: int, delay_cache_blocks: bool, has_scheduled_reqs: bool) -> Any:
+              num_tokens: int, in_flight: int, delay_cache_blocks: bool,
+              has_scheduled_reqs: bool) -> Any:
         """A running request's step that changes something, checked by the caller (plain
         arguments, nothing shrank, tracked in every group): the generic step's calls on the
         managers in the generic order — every window's skipped blocks freed, the budget,
@@ -511,10 +537,11 @@ class FastHybridKVCacheManager(_FastPolicy):
         facade's and the coordinator's checks and fan-out around them."""
         rid = request.request_id
         managers = self._managers
-        # Freed even if the budget then refuses (as in the generic step), through the
-        # coordinator as the generic step does: a host that frees behind fewer tokens (vLLM
-        # 0.33's drop-in, behind those still in flight) shifts it there, for both policies.
-        self.coordinator.remove_skipped_blocks(rid, total, request.num_prompt_tokens)
+        # Freed even if the budget then refuses (as in the generic step), behind the
+        # processed tokens: the blocks behind tokens still in flight are still read.
+        if self._frees:
+            self.coordinator.remove_skipped_blocks(
+                rid, total - in_flight if total > in_flight else 0, request.num_prompt_tokens)
         needed = 0
         for m in managers:
             needed += m.get_num_blocks_to_allocate(rid, need, (), total, main)
@@ -528,6 +555,18 @@ class FastHybridKVCacheManager(_FastPolicy):
         if self.enable_caching and not delay_cache_blocks:
             self.coordinator.cache_blocks(request, main if main < num_tokens else num_tokens)
         return self._blocks(new)
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        """Key the request's full blocks, every group up to the aligned length (async
+        scheduling calls it for every request after every step's output): nothing to do,
+        checked in ``O(groups)``, when no group has a full block left to key."""
+        if num_computed_tokens.__class__ is int and self.enable_caching:
+            rid = request.request_id
+            aligned = num_computed_tokens - num_computed_tokens % self._cache_alignment
+            if all(aligned // bs <= num_cached.get(rid, 0)
+                   for _, num_cached, bs, _, _ in self._groups):
+                return
+        super().cache_blocks(request, num_computed_tokens)
 
     def _idle(self, rid: str, total: int, main: int, need: int, num_tokens: int,
               delay_cache_blocks: bool) -> bool:

@@ -25,6 +25,9 @@ class MambaManager(SingleTypeKVCacheManager):
     """Mamba state blocks, plain or in align mode; see the module docstring."""
 
     supports_partial_hits = True
+    #: vLLM 0.25.1 lowers the skipped-token count by the speculative blocks before freeing
+    #: states; 0.33 does not (its drop-in turns this off).
+    lowers_skipped_by_speculative_blocks = True
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: Any, **kwargs: Any) -> None:
         super().__init__(kv_cache_spec, block_pool, **kwargs)
@@ -37,6 +40,8 @@ class MambaManager(SingleTypeKVCacheManager):
         self._last_key: dict[int, bytes] = {}
         self.last_state_block_idx: dict[str, int] = {}
         self._allocated_block_reqs: set[str] = set()
+        #: Per request, where the last removal walk ended (the next one starts there).
+        self._num_retired_blocks: dict[str, int] = {}
 
     @property
     def align(self) -> bool:
@@ -131,11 +136,41 @@ class MambaManager(SingleTypeKVCacheManager):
         """Everything but the last computed token's state: ``n − 1``."""
         return num_computed_tokens - 1
 
+    def _remove_blocks_in_range(self, request_id: str, first: int, last: int) -> None:
+        """Align mode: every non-null position of ``[max(first, retired), last)`` freed tail
+        first, then ``retired = last`` (vLLM 0.33's walk). Align tables have null gaps
+        between states, and the base walk stops at the first null: it would leave behind a
+        state whose ``last_state_block_idx`` moved on before a removal reached it, which
+        happens when removals lag the allocations (tokens in flight: windows free behind the
+        processed tokens). Otherwise both walks free the same blocks (vLLM 0.25.1's
+        conformance runs check it)."""
+        if not self.align:
+            super()._remove_blocks_in_range(request_id, first, last)
+            return
+        table = self.req_to_blocks.get(request_id)
+        if table is None:
+            return
+        first = max(first, self._num_retired_blocks.get(request_id, 0))
+        last = min(last, len(table))
+        if first >= last:
+            return
+        null = self.null_block
+        freed: list[int] = []
+        for i in range(last - 1, first - 1, -1):
+            if table[i] != null:  # prefill leaves null gaps between states
+                freed.append(table[i])
+                table[i] = null
+        if freed:
+            self.block_pool.free_blocks(freed)
+        self._num_retired_blocks[request_id] = last
+
     def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
-        """Base removal on the count lowered by the speculative blocks (vLLM 0.25.1's rule);
-        align mode also frees the previous state block once it is behind the current one."""
-        lowered = max(0, total_computed_tokens - self.num_speculative_blocks)
+        """Base removal on the count lowered by the speculative blocks (vLLM 0.25.1's rule;
+        0.33's is not lowered); align mode also frees the previous state block once it is
+        behind the current one."""
+        lowered = max(0, total_computed_tokens - self.num_speculative_blocks) \
+            if self.lowers_skipped_by_speculative_blocks else total_computed_tokens
         super().remove_skipped_blocks(request_id, lowered)
         if not self.align:
             return
@@ -289,6 +324,7 @@ class MambaManager(SingleTypeKVCacheManager):
         """Also forgets align state, so a resumed request starts over."""
         self._allocated_block_reqs.discard(request_id)
         self.last_state_block_idx.pop(request_id, None)
+        self._num_retired_blocks.pop(request_id, None)
         return super().pop_blocks_for_free(request_id)
 
     def cache_blocks(self, request: Any, num_tokens: int,

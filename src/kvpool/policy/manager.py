@@ -137,9 +137,12 @@ class SingleTypeKVCacheManager:
             self.num_cached_block[request_id] = position
 
     def allocate_external_computed_blocks(
-        self, request_id: str, num_local_computed_tokens: int, num_external_computed_tokens: int
+        self, request_id: str, num_local_computed_tokens: int,
+        num_external_computed_tokens: int, record_for_zeroing: bool = True,
     ) -> None:
-        """Blocks for tokens a KV connector computed; runs after every group's touches."""
+        """Blocks for tokens a KV connector computed; runs after every group's touches. Not
+        recorded for zeroing when the connector's load writes them (``record_for_zeroing``
+        false)."""
         total = num_local_computed_tokens + num_external_computed_tokens
         skipped = self.get_num_skipped_tokens(total)
         external = num_external_computed_tokens
@@ -150,7 +153,8 @@ class SingleTypeKVCacheManager:
         table = self.req_to_blocks.setdefault(request_id, [])
         fresh = self.block_pool.get_new_blocks(cdiv(total, self.block_size) - len(table))
         table.extend(fresh)
-        self._note_new_blocks(fresh)
+        if record_for_zeroing:
+            self._note_new_blocks(fresh)
 
 
     def check_new_blocks(self, request_id: str, num_tokens_main_model: int) -> None:

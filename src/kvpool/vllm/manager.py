@@ -256,6 +256,7 @@ class KvpoolKVCacheManager:
         self.free = manager.free
         self.get_num_common_prefix_blocks = manager.get_num_common_prefix_blocks
         self.get_blocks = manager.get_blocks
+        self.cache_blocks = manager.cache_blocks  # async scheduling: every request, every step
         # Called once per step: bound straight to the layer that answers (no frame between).
         self.new_step_starts = manager.coordinator.new_step_starts
         # Events off: nothing is ever pending, and list() is a fresh empty list.
@@ -287,8 +288,9 @@ class KvpoolKVCacheManager:
                               for g in blocks), self._views)
 
     # -- the scheduler's calls ----------------------------------------------------------
-    # allocate_slots, get_computed_blocks, free, get_blocks and get_num_common_prefix_blocks
-    # are the kvpool facade's own methods, bound in __init__ (vLLM's types in and out);
+    # allocate_slots, get_computed_blocks, free, get_blocks, cache_blocks and
+    # get_num_common_prefix_blocks are the kvpool facade's own methods, bound in __init__
+    # (vLLM's types in and out);
     # take_events is the pool's (vLLM's event objects, annotated as vLLM annotates them:
     # vllm_event_builder builds them so when recorded) and new_step_starts the coordinator's.
 
@@ -328,9 +330,6 @@ class KvpoolKVCacheManager:
     def get_block_ids_for_computed_tokens(self, request_id: str,
                                           num_computed_tokens: int) -> tuple[list[int], ...]:
         return self.manager.get_block_ids_for_computed_tokens(request_id, num_computed_tokens)
-
-    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
-        self.manager.cache_blocks(request, num_computed_tokens)
 
     def take_new_block_ids(self) -> list[int]:
         return self.manager.take_new_block_ids()

@@ -35,6 +35,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -70,11 +71,15 @@ class Setup:
     kv_events: bool = True
     log_stats: bool = True
     hash_block_size: int = 0
+    """0: the block size. Smaller (with ``full+mamba``): vLLM 0.33's partial prefix hits."""
     connector: bool = False
     """vLLM's ``ExampleConnector`` (scheduler side; its store is a temporary directory
     where :func:`run` marks every third prompt as held, so those requests get external
     tokens; no worker loads anything)."""
-    """0: the block size. Smaller (with ``full+mamba``): vLLM 0.33's partial prefix hits."""
+    async_scheduling: bool = False
+    """vLLM's ``AsyncScheduler``, driven as its engine core drives it (a batch queue of two:
+    step N+1 is scheduled before step N's output comes back, so its requests have tokens in
+    flight). Both vLLM versions turn it on by default where the executor allows it."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +132,10 @@ def _kv_cache_groups(setup: Setup) -> list[Any]:
         return [full, vi.KVCacheGroupSpec(
             ["layers.1"], vi.SlidingWindowSpec(sliding_window=setup.sliding_window, **attn))]
     if setup.model == "full+mamba":
+        # A Mamba layer keeps a state slot per draft token, as vLLM's layers declare it.
         mamba = vi.MambaSpec(block_size=setup.block_size, shapes=((1,),),
-                             dtypes=(torch.float16,), mamba_cache_mode="align")
+                             dtypes=(torch.float16,), mamba_cache_mode="align",
+                             num_speculative_blocks=setup.num_speculative_tokens)
         return [full, vi.KVCacheGroupSpec(["layers.1"], mamba)]
     raise ValueError(f"model must be one of {MODELS}, got {setup.model!r}")
 
@@ -155,9 +162,11 @@ def build_scheduler(setup: Setup, store: str | None = None) -> Any:
     if setup.model == "full+mamba":
         cache.mamba_cache_mode = "align"
     cache.num_gpu_blocks = setup.num_blocks
+    # Stated either way: left unset, vLLM turns async scheduling on by default.
     scheduler = SchedulerConfig(max_num_seqs=setup.max_num_seqs,
                                 max_num_batched_tokens=setup.max_num_batched_tokens,
-                                max_model_len=setup.max_model_len, is_encoder_decoder=False)
+                                max_model_len=setup.max_model_len, is_encoder_decoder=False,
+                                async_scheduling=setup.async_scheduling)
     extra: dict[str, Any] = {}
     if setup.num_speculative_tokens:
         extra["speculative_config"] = SpeculativeConfig(
@@ -177,8 +186,17 @@ def build_scheduler(setup: Setup, store: str | None = None) -> Any:
     kv_config = KVCacheConfig(num_blocks=setup.num_blocks, kv_cache_tensors=[],
                               kv_cache_groups=_kv_cache_groups(setup))
     extra = {"hash_block_size": setup.hash_block_size} if setup.hash_block_size else {}
-    return Scheduler(config, kv_config, structured_output_manager=StructuredOutputManager(config),
-                     block_size=setup.block_size, log_stats=setup.log_stats, **extra)
+    scheduler_class: Any = Scheduler
+    if setup.async_scheduling:
+        if setup.num_speculative_tokens:
+            raise ValueError("the driver's fake model drafts tokens for the synchronous "
+                             "scheduler only; async_scheduling takes no speculative tokens")
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        scheduler_class = AsyncScheduler
+    return scheduler_class(config, kv_config,
+                           structured_output_manager=StructuredOutputManager(config),
+                           block_size=setup.block_size, log_stats=setup.log_stats, **extra)
 
 
 # -- the fake model -----------------------------------------------------------------------
@@ -209,8 +227,43 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def model_output(scheduler: Any, output: Any, outputs: dict[str, tuple[int, ...]]) -> Any:
+    """What a model runner answers for ``output``, read right after it was scheduled: each
+    request whose scheduled tokens reach its end samples its next output token from the
+    workload (plus the accepted drafts, synchronous scheduling only); a prefill chunk
+    samples nothing. Under async scheduling the request's earlier steps may still be in
+    flight: the token sampled is the one after theirs (their placeholders), and a step
+    scheduled past the request's last output (vLLM discards it) samples its last again."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(output.num_scheduled_tokens)
+    sampled: list[list[int]] = []
+    for rid in ids:
+        request = scheduler.requests[rid]
+        if request.is_prefill_chunk:
+            sampled.append([])  # a prefill chunk that does not reach the end
+            continue
+        mine = outputs[rid]
+        have = request.num_output_tokens + request.num_output_placeholders
+        if request.num_output_placeholders:  # async: this step's placeholder is counted
+            sampled.append([mine[min(have - 1, len(mine) - 1)]])
+            continue
+        drafts = output.scheduled_spec_decode_tokens.get(rid, ())
+        accepted = 0
+        for j, token in enumerate(drafts):
+            if have + j >= len(mine) or token != mine[have + j]:
+                break
+            accepted += 1
+        sampled.append(list(mine[have: have + accepted + 1]))
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                             sampled_token_ids=sampled)
+
+
 def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
-    """One step's decisions, as plain JSON values (what the conformance compares)."""
+    """One step's decisions, as plain JSON values (what the conformance compares); a step
+    that only processed a batch in flight (``output`` None) has only its events."""
+    if output is None:
+        return {"events": [_event_tuple(e) for e in events]}
     cached = output.scheduled_cached_reqs
     new_blocks: dict[str, list[list[Any]] | None] = {
         r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
@@ -322,7 +375,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core import kv_cache_utils
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.outputs import DraftTokenIds
     from vllm.v1.request import Request, RequestStatus
 
     import kvpool.vllm as dropin
@@ -361,7 +414,8 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     step = 0
     step_seconds = step_wall = 0.0
     first_step_s = 0.0
-    interventions = {"aborted_waiting": 0, "aborted_running": 0, "resets": 0}
+    interventions = {"aborted_waiting": 0, "aborted_running": 0, "resets": 0,
+                     "scheduled_with_a_batch_in_flight": 0}
     if store is not None:
         interventions["external_tokens"] = 0
         after_alloc = scheduler.connector.update_state_after_alloc
@@ -372,7 +426,9 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
 
         scheduler.connector.update_state_after_alloc = counted
     gc.collect()
-    while scheduler.has_unfinished_requests() and step < max_steps:
+    in_flight: deque[tuple[Any, Any]] = deque()
+    depth = 2 if setup.async_scheduling else 1
+    while (scheduler.has_unfinished_requests() or in_flight) and step < max_steps:
         if workload.abort_every and step and step % workload.abort_every == 0:
             waiting = [r.request_id for r in scheduler.waiting][:1]
             running = [r.request_id for r in scheduler.running][-1:]
@@ -384,26 +440,19 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
             interventions["resets"] += bool(done)
         began = time.thread_time()
         began_wall = time.perf_counter()
-        output = scheduler.schedule()
-        ids = list(output.num_scheduled_tokens)
-        sampled: list[list[int]] = []
-        for rid in ids:
-            request = scheduler.requests[rid]
-            if request.num_computed_tokens < request.num_tokens:
-                sampled.append([])  # a prefill chunk that does not reach the end
-                continue
-            have = request.num_output_tokens
-            drafts = output.scheduled_spec_decode_tokens.get(rid, ())
-            accepted = 0
-            for j, token in enumerate(drafts):
-                if have + j >= len(outputs[rid]) or token != outputs[rid][have + j]:
-                    break
-                accepted += 1
-            sampled.append(list(outputs[rid][have: have + accepted + 1]))
-        result = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in
-                                                                  enumerate(ids)},
-                                   sampled_token_ids=sampled)
-        scheduler.update_from_output(output, result)
+        # As vLLM's engine core steps (``step`` / ``step_with_batch_queue``): schedule a
+        # batch and answer it; synchronously, process the answer at once; with async
+        # scheduling, only once the queue holds two batches (or nothing more is scheduled),
+        # so the next batch is scheduled while this one is in flight.
+        output = None
+        if scheduler.has_requests():
+            if in_flight:
+                interventions["scheduled_with_a_batch_in_flight"] += 1
+            output = scheduler.schedule()
+            in_flight.appendleft((output, model_output(scheduler, output, outputs)))
+        if in_flight and (len(in_flight) == depth or output is None or not (
+                output.total_num_scheduled_tokens or scheduler.has_requests())):
+            scheduler.update_from_output(*in_flight.pop())
         if k:
             proposals = []
             for request in scheduler.running:
@@ -470,6 +519,10 @@ def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     out = {"steps": len(records), "preempted": 0, "resumed": 0, "finished": 0,
            "spec_tokens": 0, "new_blocks": 0, "steps_with_common_prefix": 0}
     for record in records:
+        for event in record["events"]:
+            out[event[0]] = out.get(event[0], 0) + 1
+        if "scheduled" not in record:  # a step that only processed a batch in flight
+            continue
         out["preempted"] += len(record["preempted"])
         out["resumed"] += len(record["resumed"])
         out["finished"] += len(record["finished"])
@@ -480,8 +533,6 @@ def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
         for key in ("block_copies", "blocks_to_zero"):  # vLLM 0.33
             if key in record:
                 out[key] = out.get(key, 0) + len(record[key])
-        for event in record["events"]:
-            out[event[0]] = out.get(event[0], 0) + 1
     return out
 
 

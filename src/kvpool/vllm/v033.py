@@ -11,10 +11,14 @@ it than 0.25's. :class:`Kvpool033KVCacheManager` is the 0.25 drop-in with what c
   when it is longer than the common one: vLLM's scheduler stops a Mamba chunk there);
   prefix-cache stats are recorded by ``record_prefix_cache_stats`` at admission, not by
   the lookup; ``kv_cache_report_mode="full"`` requests get ``BlockStored`` for their hits;
-* ``allocate_slots`` takes ``skip_zeroing_group_ids`` (a connector's async load; it only
-  changes zeroing, and a model that needs zeroing is refused with a connector); partial
-  hash hits are on where vLLM 0.33 turns them on (kvpool's opt-in
+* ``allocate_slots`` is kvpool's facade's, bound as in the 0.25 drop-in: it takes
+  ``skip_zeroing_group_ids`` (a connector's async load writes those groups' external
+  blocks) and frees out-of-window blocks behind the processed tokens (vLLM 0.33's
+  ``request.num_in_flight_tokens``: async scheduling schedules a step before the previous
+  one is back); partial hash hits are on where vLLM 0.33 turns them on (kvpool's opt-in
   ``allow_partial_hash_hits``), checked against vLLM's own predicate at engine start;
+* Mamba groups free old states behind the unlowered token count (0.33's rule,
+  ``MambaManager.lowers_skipped_by_speculative_blocks``);
 * ``truncate_computed_blocks``, ``estimate_cached_tokens``, ``record_blocks_for_zeroing``,
   ``take_kv_cache_block_copies`` (vLLM's copy objects, endpoints as block views that
   ``block_pool.free_blocks`` takes back), ``take_boundary_state_offloads`` and
@@ -36,6 +40,7 @@ from vllm.v1.kv_cache_interface import AttentionSpec as VllmAttentionSpec
 from vllm.v1.kv_cache_interface import CircularBufferSpec as VllmCircularBufferSpec
 from vllm.v1.metrics.stats import PrefixCacheStats
 
+from kvpool.policy.mamba import MambaManager
 from kvpool.vllm.blocks import BlockView, block_ids_of
 from kvpool.vllm.config import UnsupportedConfig
 from kvpool.vllm.manager import KvpoolKVCacheManager
@@ -141,25 +146,12 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
         # lookup must not (it records when it has a stats object).
         self._stats = manager.prefix_cache_stats
         manager.prefix_cache_stats = None
-        # The 0.25 drop-in binds these facade methods on the instance; 0.33's differ.
-        for name in ("get_computed_blocks", "allocate_slots", "get_num_common_prefix_blocks"):
+        # The 0.25 drop-in binds these facade methods on the instance; 0.33's differ. Its
+        # allocate_slots is kvpool's as it stands: the facade takes skip_zeroing_group_ids,
+        # and frees out-of-window blocks behind the processed tokens (vLLM 0.33's request
+        # says how many are in flight).
+        for name in ("get_computed_blocks", "get_num_common_prefix_blocks"):
             del self.__dict__[name]
-        self._facade_allocate = manager.allocate_slots
-        # 0.33 frees out-of-window blocks on the processed-token basis: in allocate_slots,
-        # behind the request's tokens still in flight (async scheduling). The facade frees
-        # behind the computed ones; its coordinator call is shifted by the in-flight count.
-        # The hybrid fast policy's step frees through the coordinator too; its idle test
-        # reads the windows behind the computed tokens, which only ever finds more to free.
-        self._in_flight = 0
-        coordinator = manager.coordinator
-        remove = coordinator.remove_skipped_blocks
-
-        def remove_processed(request_id: str, total_computed_tokens: int,
-                             num_prompt_tokens: int | None = None) -> None:
-            remove(request_id, max(0, total_computed_tokens - self._in_flight),
-                   num_prompt_tokens)
-
-        coordinator.remove_skipped_blocks = remove_processed
         self._facade_lookup = manager.get_computed_blocks
         self.enable_kv_cache_events = enable_kv_cache_events
         self.mamba_shared_prefix_checkpoint = False  # refused when it would be on
@@ -172,6 +164,8 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
             # kvpool records fresh blocks of full attention only; 0.33 of every group above.
             single.zeroed_spec_types = (type(single.kv_cache_spec),) if g in self._zeroed \
                 else ()
+            if isinstance(single, MambaManager):  # 0.33 frees states behind every token
+                single.lowers_skipped_by_speculative_blocks = False
         self._block_sizes = tuple(m.block_size for m in manager.coordinator.single_type_managers)
 
     def _policy_options(self) -> dict[str, Any]:
@@ -228,35 +222,6 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
                                         f"{len(ids)} blocks, fewer than {keep}")
             out.append(ids[:keep])
         return self.create_kv_cache_blocks(tuple(out))
-
-    # -- allocation ---------------------------------------------------------------------
-
-    def allocate_slots(self, request: Any, num_new_tokens: int,
-                       num_new_computed_tokens: int = 0, new_computed_blocks: Any = None,
-                       num_lookahead_tokens: int = 0, num_external_computed_tokens: int = 0,
-                       delay_cache_blocks: bool = False, num_encoder_tokens: int = 0,
-                       full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
-                       has_scheduled_reqs: bool = True,
-                       skip_zeroing_group_ids: tuple[int, ...] = ()) -> Any:
-        """0.33's ``allocate_slots``: kvpool's. ``skip_zeroing_group_ids`` (a connector's
-        async load) only changes which blocks are zeroed; a model that needs zeroing is
-        refused with a connector, so it changes nothing here."""
-        in_flight = request.num_in_flight_tokens
-        if not in_flight:
-            return self._facade_allocate(
-                request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-                num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
-                num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                has_scheduled_reqs)
-        self._in_flight = in_flight
-        try:
-            return self._facade_allocate(
-                request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
-                num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
-                num_encoder_tokens, full_sequence_must_fit, reserved_blocks,
-                has_scheduled_reqs)
-        finally:
-            self._in_flight = 0
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
         return [0] * self.num_kv_cache_groups  # 0.33: cascade attention is gone

@@ -88,6 +88,9 @@ class VllmFacade:
         groups = [KVCacheGroupSpec([f"layer{i}"], _vllm_spec(g.kv_cache_spec), g.is_eagle_group)
                   for i, g in enumerate(config.groups)]
         self.version = vllm_version()
+        #: vLLM 0.33's requests say how many tokens are in flight (async scheduling), and
+        #: its windows free behind the processed ones; 0.25.1 has no such field.
+        self.models_tokens_in_flight = self.version >= (0, 33)
         # 0.33 renamed the batch budget; its hybrid coordinator allows partial hits by
         # default wherever the configuration supports them (kvpool: opt-in).
         budget = "max_in_flight_tokens" if self.version >= (0, 33) \
@@ -131,6 +134,8 @@ class VllmFacade:
         if missing:
             twin.append_output_token_ids(list(missing))
         twin.num_computed_tokens = request.num_computed_tokens
+        if self.models_tokens_in_flight:
+            twin.num_in_flight_tokens = request.num_in_flight_tokens
         twin.status = getattr(VStatus, _STATUS[request.status])
         twin.num_preemptions = request.num_preemptions
         return twin
@@ -163,6 +168,9 @@ class VllmFacade:
 
     def free(self, request: Any) -> None:
         self.manager.free(self._twin(request))
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        self.manager.cache_blocks(self._twin(request), num_computed_tokens)
 
     def pop_blocks_for_free(self, request: Any) -> list[int]:
         if self.version < (0, 33):

@@ -115,6 +115,10 @@ class StackMachine:
         #: Comparing with a foreign facade: projections instead of abstracts, events
         #: without sequence numbers, and no invalid calls (vLLM does not validate).
         self.foreign = foreign is not None
+        #: Whether running steps may have tokens in flight (async scheduling): not against
+        #: a vLLM that has no such field (0.25.1 frees behind every computed token).
+        self.in_flight = not self.foreign or bool(
+            getattr(self.stacks[0].manager, "models_tokens_in_flight", False))
         self.partial = configuration.allow_partial_hash_hits
         self.rng = random.Random(seed)
         self.seed = seed
@@ -397,14 +401,37 @@ class StackMachine:
         if remaining == 1 and self.config.num_lookahead_tokens:
             drafts = self.rng.randint(0, self.config.num_lookahead_tokens)
         num_new = min(remaining, self._chunk(request, request.num_computed_tokens)) + drafts
+        # Async scheduling: the request's previous step may not be back yet; its tokens
+        # are counted as computed, but the windows must keep what they read.
+        in_flight = 0
+        if self.in_flight and request.num_computed_tokens and self.rng.random() < 0.3:
+            in_flight = self.rng.randint(1, min(request.num_computed_tokens, 64))
+            self.coverage["steps with tokens in flight"] += 1
+        request.num_in_flight_tokens = in_flight
         self.note(f"schedule {request.request_id}: {num_new} tokens ({drafts} drafts) at "
-                  f"{request.num_computed_tokens}/{request.num_tokens}")
-        if self._allocate(request, num_new, 0, None):
+                  f"{request.num_computed_tokens}/{request.num_tokens}, {in_flight} in flight")
+        try:
+            ok = self._allocate(request, num_new, 0, None)
+        finally:
+            request.num_in_flight_tokens = 0
+        if ok:
             request.num_computed_tokens += num_new
             accepted = self.rng.randint(0, drafts)
+            sampled = request.num_computed_tokens >= request.num_tokens
             self._sample_if_caught_up(request, drafts, accepted)
+            if sampled and self.rng.random() < 0.3:
+                self._cache_sampled(request)
         else:
             self._preempt(self.running[-1])
+
+    def _cache_sampled(self, request: SchedulerRequest) -> None:
+        """vLLM's async scheduler, when a step's sampled tokens come back: key the blocks
+        they filled (the step's allocation keyed only up to the tokens known then)."""
+        n = min(request.num_computed_tokens, request.num_tokens)
+        self.note(f"cache_blocks({request.request_id}, {n})")
+        self.each(lambda s: s.manager.cache_blocks(request, n),
+                  f"cache_blocks({request.request_id}, {n})")
+        self.coverage["cache_blocks after a step"] += 1
 
     def _free(self, request: SchedulerRequest, what: str) -> None:
         self.each(lambda s: s.manager.free(request), f"free({request.request_id}) [{what}]")
