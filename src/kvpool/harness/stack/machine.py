@@ -350,8 +350,9 @@ class StackMachine:
                 request, num_new, num_hit, blocks, num_lookahead_tokens=la,
                 full_sequence_must_fit=must_fit, **options)
 
-        outcome = self.each(allocate, f"allocate_slots({rid}, {num_new}, {num_hit})")[0]
         external = int(options.get("num_external_computed_tokens", 0))
+        shown = f", {external} external" if external else ""
+        outcome = self.each(allocate, f"allocate_slots({rid}, {num_new}, {num_hit}{shown})")[0]
         total = min(request.num_computed_tokens + num_hit + external,
                     self.config.max_model_len)
         need = min(total + num_new + la, self.config.max_model_len)
