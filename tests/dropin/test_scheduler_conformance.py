@@ -99,6 +99,9 @@ WORKLOADS = [
     ("full+mamba async", {"model": "full+mamba", "num_blocks": 4000, "async_scheduling": True},
      {"num_requests": 300}, ["fast", "reference"],
      {"preempted": 5, "scheduled_with_a_batch_in_flight": 500}),
+    ("async example connector", {"connector": True, "async_scheduling": True},
+     {"num_requests": 300}, ["fast", "reference"],
+     {"external_tokens": 50_000, "scheduled_with_a_batch_in_flight": 300}),
 ]
 
 
@@ -113,6 +116,10 @@ WORKLOADS_033 = [
     ("full+mamba partial hits", {"model": "full+mamba", "num_blocks": 3000, "block_size": 32,
                                  "hash_block_size": 16}, {"num_requests": 300},
      ["fast", "reference"], {"block_copies": 100, "preempted": 5}),
+    ("full+mamba partial hits async", {"model": "full+mamba", "num_blocks": 3000,
+                                       "block_size": 32, "hash_block_size": 16,
+                                       "async_scheduling": True}, {"num_requests": 300},
+     ["fast", "reference"], {"block_copies": 100, "scheduled_with_a_batch_in_flight": 400}),
 ]
 
 
@@ -288,10 +295,10 @@ print(json.dumps({policy: tables(policy) for policy in ("vllm", "fast", "generic
 
 def test_vllm_033_keeps_the_window_blocks_of_tokens_in_flight_on_every_policy() -> None:
     """With async scheduling vLLM 0.33 frees a sliding window's blocks behind the tokens
-    already processed, not those in flight (the drop-in shifts the coordinator's free). The
-    hybrid fast policy's step used to free through each manager, unshifted (found in session
-    15: block 10 freed at step 11 while in-flight tokens still attended to it); it frees
-    through the coordinator now, as the generic step does."""
+    already processed, not those in flight (kvpool's facade reads the request's
+    ``num_in_flight_tokens``). The hybrid fast policy's step used to free behind the
+    computed tokens (found in session 15: block 10 freed at step 11 while in-flight tokens
+    still attended to it); both policies free behind the processed ones now."""
     python = need("033")
     runs = json.loads(run_script(python, IN_FLIGHT_SCRIPT).strip().splitlines()[-1])
     assert runs["fast"][0].startswith("FastHybridKVCacheManager")
