@@ -2,7 +2,8 @@
 
 A *stack* is a :class:`kvpool.policy.KVCacheManager` over one pool backend. The machine
 plays a small scheduler — new requests with shared prefixes and salts, chunked prefill,
-decode with lookahead (EAGLE drafts accepted or rejected), preemption and resume, finish,
+decode with lookahead (EAGLE drafts accepted or rejected), tokens in flight (async
+scheduling) and the keying of sampled tokens' blocks, preemption and resume, finish,
 pop-then-free, cache reset, allocation failure under memory pressure, invalid calls — and
 feeds every call to every stack. After every step it compares, stack against the first (the
 oracle): each call's result or error type, every live request's block tables, hit lengths,
