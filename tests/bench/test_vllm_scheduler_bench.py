@@ -95,6 +95,33 @@ def test_kv_events_reach_both_sides_and_the_title(monkeypatch, tmp_path, capsys)
     assert "KV events off" in capsys.readouterr().out
 
 
+def test_async_scheduling_reaches_both_sides_and_the_title(monkeypatch, tmp_path,
+                                                          capsys) -> None:
+    """``--async-scheduling`` makes both vLLM processes run the AsyncScheduler (the
+    driver's ``Setup.async_scheduling``); without it both run the synchronous one."""
+    from kvpool.cli import bench as cli_bench
+    from kvpool.cli import main
+
+    seen: dict[str, list] = {"setups": []}
+
+    def fake_ask(self, command):
+        if "setup" in command:
+            seen["setups"].append(command["setup"])
+        return run(1.0, 0.5) | {"install_s": 0.1, "digest": "d", "manager_repr": "k"}
+
+    monkeypatch.setattr(vs._Side, "__init__", lambda self, python, kit: None)
+    monkeypatch.setattr(vs._Side, "ask", fake_ask)
+    monkeypatch.setattr(vs._Side, "close", lambda self: None)
+    monkeypatch.setattr(cli_bench, "_vllm_kit", lambda args, flag: str(tmp_path))
+    assert main(["bench", "--vllm-scheduler", "py", "--async-scheduling", "--rounds", "1"]) == 0
+    assert seen["setups"] and all(s["async_scheduling"] is True for s in seen["setups"])
+    assert "async scheduling" in capsys.readouterr().out
+    seen["setups"].clear()
+    assert main(["bench", "--vllm-scheduler", "py", "--rounds", "1"]) == 0
+    assert seen["setups"] and all(s["async_scheduling"] is False for s in seen["setups"])
+    assert "async scheduling" not in capsys.readouterr().out
+
+
 def test_the_model_reaches_both_sides_and_the_title(monkeypatch, tmp_path, capsys) -> None:
     """``--model full+swa`` sets the model both vLLM processes build; an unknown one is
     refused by the parser (exit 2) and by the benchmark itself (a typed error)."""
