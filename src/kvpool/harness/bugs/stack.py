@@ -290,6 +290,33 @@ def _fast_step_frees_the_window_after_allocating(m: Any) -> None:
     m._step = broken
 
 
+def _windows_free_behind_computed_tokens(m: Any) -> None:
+    # Tokens in flight ignored: windows free behind every computed token, including those
+    # whose step is still running (vLLM 0.25.1's rule; 0.33 frees behind processed ones).
+    allocate = m.allocate_slots
+
+    def broken(request: Any, *args: Any, **kwargs: Any) -> Any:
+        saved, request.num_in_flight_tokens = request.num_in_flight_tokens, 0
+        try:
+            return allocate(request, *args, **kwargs)
+        finally:
+            request.num_in_flight_tokens = saved
+
+    m.allocate_slots = broken
+
+
+def _fast_step_frees_behind_computed_tokens(m: Any) -> None:
+    # The collapsed step's own copy of the rule, broken: it frees behind the computed
+    # tokens (session 15's bug, found inside vLLM 0.33 with async scheduling).
+    step = m._step
+
+    def broken(request: Any, computed: int, total: int, main: int, need: int,
+               num_tokens: int, in_flight: int, *rest: Any) -> Any:
+        return step(request, computed, total, main, need, num_tokens, 0, *rest)
+
+    m._step = broken
+
+
 class _Everything(dict):  # type: ignore[type-arg]
     """A keyed-count table that says every block is keyed already."""
 
@@ -385,6 +412,9 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("free-in-forward-order", "full",
                      "tables freed head first (prefix evicted before its tail)",
                      _free_in_forward_order),
+    PlantedPolicyBug("windows-free-behind-computed-tokens", "full+swa",
+                     "tokens in flight ignored: a window frees blocks their step still "
+                     "reads", _windows_free_behind_computed_tokens),
     PlantedPolicyBug("skipped-block-not-nulled", "full+swa",
                      "out-of-window blocks freed but left in the table",
                      _skipped_block_not_nulled),
@@ -441,6 +471,9 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      "hybrid fast policy: a step allocates before its window's skipped "
                      "blocks are freed", _fast_step_frees_the_window_after_allocating,
                      policy="fast"),
+    PlantedPolicyBug("fast-step-frees-behind-computed-tokens", "full+swa",
+                     "hybrid fast policy: a step frees window blocks that tokens still in "
+                     "flight read", _fast_step_frees_behind_computed_tokens, policy="fast"),
     PlantedPolicyBug("fast-admission-gate-skipped", "full",
                      "fast policy: an admission that must fit whole is not checked whole",
                      _fast_admission_gate_skipped, policy="fast"),
