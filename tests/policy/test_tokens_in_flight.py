@@ -22,6 +22,7 @@ from kvpool.policy import (
     SlidingWindowSpec,
     make_kv_cache_manager,
 )
+from kvpool.policy.mamba import follow_vllm_033_rules
 
 from .helpers import manager, request
 
@@ -103,13 +104,17 @@ def test_full_attention_reads_no_in_flight_count(policy) -> None:
     assert m.allocate_slots(r, 40) is not None
 
 
-def test_a_mamba_state_left_behind_by_lagging_removals_is_freed() -> None:
+@pytest.mark.parametrize("rules", ["0.25", "0.33"])
+def test_a_mamba_state_left_behind_by_lagging_removals(rules) -> None:
     """Align mode keeps the previous state until the next step has read it. With a prefill
     chunk in flight, removal lags one chunk: the third chunk's allocation moves the
-    previous-state index on before the first chunk's state is freed. A walk that stopped at
-    the table's first null gap (vLLM 0.25.1's) would hold that state until the request
-    ends; the walk steps over the gaps (vLLM 0.33's)."""
+    previous-state index on before the first chunk's state is freed. vLLM 0.25.1's walk
+    stops at the table's first null gap and holds that state until the request ends (the
+    facade's default, BEHAVIOUR.md §8); vLLM 0.33's steps over the gaps and frees it
+    (``follow_vllm_033_rules``, which the 0.33 drop-in applies)."""
     m = manager(FULL, MambaSpec(block_size=16, mamba_cache_mode="align"), num_blocks=40)
+    if rules == "0.33":
+        follow_vllm_033_rules(m)
     mamba = m.coordinator.single_type_managers[1]
     r = request("a", list(range(200)))
     assert m.allocate_slots(r, 48) is not None
@@ -125,8 +130,14 @@ def test_a_mamba_state_left_behind_by_lagging_removals_is_freed() -> None:
     r.num_in_flight_tokens = 100  # the third chunk still in flight: 100 processed
     assert m.allocate_slots(r, 1) is not None
     table = mamba.req_to_blocks["a"]
-    assert table[2] == 0 and first_state not in table
-    assert m.block_pool.observe().ref_cnts([first_state]) == [0]
+    if rules == "0.25":
+        assert table[2] == first_state  # held: the walk stopped at position 5's null
+        assert m.block_pool.observe().ref_cnts([first_state]) == [1]
+        m.free(r)  # ... until the request ends
+        assert m.block_pool.observe().ref_cnts([first_state]) == [0]
+    else:
+        assert table[2] == 0 and first_state not in table
+        assert m.block_pool.observe().ref_cnts([first_state]) == [0]
 
 
 def test_external_blocks_of_groups_a_connector_loads_are_not_zeroed() -> None:

@@ -26,8 +26,14 @@ class MambaManager(SingleTypeKVCacheManager):
 
     supports_partial_hits = True
     #: vLLM 0.25.1 lowers the skipped-token count by the speculative blocks before freeing
-    #: states; 0.33 does not (its drop-in turns this off).
+    #: states; 0.33 does not (:func:`follow_vllm_033_rules`).
     lowers_skipped_by_speculative_blocks = True
+    #: vLLM 0.33's align-mode walk (:func:`follow_vllm_033_rules`): over the whole newly
+    #: skipped range, past the table's null gaps. 0.25.1's stops at the first null, which
+    #: holds until the request ends a state block no index points at any more: one that
+    #: ``last_state_block_idx`` moved past before a removal reached it (removals lag when
+    #: tokens are in flight), or a connector's external-token block with speculative blocks.
+    walks_past_null_gaps = False
 
     def __init__(self, kv_cache_spec: KVCacheSpec, block_pool: Any, **kwargs: Any) -> None:
         super().__init__(kv_cache_spec, block_pool, **kwargs)
@@ -137,14 +143,9 @@ class MambaManager(SingleTypeKVCacheManager):
         return num_computed_tokens - 1
 
     def _remove_blocks_in_range(self, request_id: str, first: int, last: int) -> None:
-        """Align mode: every non-null position of ``[max(first, retired), last)`` freed tail
-        first, then ``retired = last`` (vLLM 0.33's walk). Align tables have null gaps
-        between states, and the base walk stops at the first null: it would leave behind a
-        state whose ``last_state_block_idx`` moved on before a removal reached it, which
-        happens when removals lag the allocations (tokens in flight: windows free behind the
-        processed tokens). Otherwise both walks free the same blocks (vLLM 0.25.1's
-        conformance runs check it)."""
-        if not self.align:
+        """The base walk, or (``walks_past_null_gaps``, align mode) every non-null position
+        of ``[max(first, retired), last)`` freed tail first, then ``retired = last``."""
+        if not (self.align and self.walks_past_null_gaps):
             super()._remove_blocks_in_range(request_id, first, last)
             return
         table = self.req_to_blocks.get(request_id)
@@ -381,4 +382,15 @@ class MambaManager(SingleTypeKVCacheManager):
         self.cached_blocks_this_step.clear()
 
 
-__all__ = ["MambaManager"]
+
+def follow_vllm_033_rules(manager: Any) -> None:
+    """Free Mamba states by vLLM 0.33's rules in ``manager`` (a facade): the skipped count is
+    not lowered by the speculative blocks, and align mode walks past null gaps. The facade's
+    default is 0.25.1's (BEHAVIOUR.md §8); the vLLM 0.33 drop-in applies this."""
+    for single in manager.coordinator.single_type_managers:
+        if isinstance(single, MambaManager):
+            single.lowers_skipped_by_speculative_blocks = False
+            single.walks_past_null_gaps = True
+
+
+__all__ = ["MambaManager", "follow_vllm_033_rules"]

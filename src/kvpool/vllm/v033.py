@@ -17,8 +17,9 @@ it than 0.25's. :class:`Kvpool033KVCacheManager` is the 0.25 drop-in with what c
   ``request.num_in_flight_tokens``: async scheduling schedules a step before the previous
   one is back); partial hash hits are on where vLLM 0.33 turns them on (kvpool's opt-in
   ``allow_partial_hash_hits``), checked against vLLM's own predicate at engine start;
-* Mamba groups free old states behind the unlowered token count (0.33's rule,
-  ``MambaManager.lowers_skipped_by_speculative_blocks``);
+* Mamba groups free old states by 0.33's rules
+  (:func:`kvpool.policy.mamba.follow_vllm_033_rules`: the count not lowered by the
+  speculative blocks, a walk past the align table's null gaps);
 * ``truncate_computed_blocks``, ``estimate_cached_tokens``, ``record_blocks_for_zeroing``,
   ``take_kv_cache_block_copies`` (vLLM's copy objects, endpoints as block views that
   ``block_pool.free_blocks`` takes back), ``take_boundary_state_offloads`` and
@@ -40,7 +41,7 @@ from vllm.v1.kv_cache_interface import AttentionSpec as VllmAttentionSpec
 from vllm.v1.kv_cache_interface import CircularBufferSpec as VllmCircularBufferSpec
 from vllm.v1.metrics.stats import PrefixCacheStats
 
-from kvpool.policy.mamba import MambaManager
+from kvpool.policy.mamba import follow_vllm_033_rules
 from kvpool.vllm.blocks import BlockView, block_ids_of
 from kvpool.vllm.config import UnsupportedConfig
 from kvpool.vllm.manager import KvpoolKVCacheManager
@@ -164,9 +165,9 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
             # kvpool records fresh blocks of full attention only; 0.33 of every group above.
             single.zeroed_spec_types = (type(single.kv_cache_spec),) if g in self._zeroed \
                 else ()
-            if isinstance(single, MambaManager):  # 0.33 frees states behind every token
-                single.lowers_skipped_by_speculative_blocks = False
+
         self._block_sizes = tuple(m.block_size for m in manager.coordinator.single_type_managers)
+        follow_vllm_033_rules(manager)  # Mamba states freed as 0.33 frees them
 
     def _policy_options(self) -> dict[str, Any]:
         return {"allow_partial_hash_hits": True} if self._vllm_partial else {}

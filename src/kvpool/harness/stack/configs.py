@@ -45,6 +45,15 @@ class StackConfiguration:
     #: for the features only it has (copy-on-write, circular buffers).
     vllm: tuple[int, int] = (0, 25)
 
+    def prepare(self, manager: Any) -> Any:
+        """``manager`` (a kvpool facade) set up for this configuration's vLLM: 0.33's rules
+        for freeing Mamba states where it is compared with 0.33."""
+        if self.vllm >= (0, 33):
+            from kvpool.policy.mamba import follow_vllm_033_rules
+
+            follow_vllm_033_rules(manager)
+        return manager
+
     def kv_cache_config(self) -> KVCacheConfig:
         return KVCacheConfig(self.num_blocks, self.groups)
 

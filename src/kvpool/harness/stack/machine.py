@@ -109,10 +109,10 @@ class StackMachine:
             if manager is None:
                 self.skipped.append(name)
             else:
-                self.stacks.append(Stack(name, manager))
+                self.stacks.append(Stack(name, configuration.prepare(manager)))
         for build in extra:
             name, manager = build(configuration)
-            self.stacks.append(Stack(name, manager))
+            self.stacks.append(Stack(name, configuration.prepare(manager)))
         #: Comparing with a foreign facade: projections instead of abstracts, events
         #: without sequence numbers, and no invalid calls (vLLM does not validate).
         self.foreign = foreign is not None
