@@ -57,15 +57,17 @@ class BlockCopy(NamedTuple):
     group_id: int
 
 
-def processed_tokens(request: Any, computed_tokens: int) -> int:
+def processed_tokens(computed_tokens: int, in_flight: int) -> int:
     """The computed tokens already processed: ``computed_tokens`` less the request's tokens
-    in flight (vLLM 0.33's ``num_in_flight_tokens``: scheduled, their step not back yet;
-    requests without the field have none). Windows free blocks behind these only, since a
-    step in flight still reads the blocks behind its own tokens."""
-    in_flight = getattr(request, "num_in_flight_tokens", 0)
-    if not in_flight:
-        return computed_tokens
-    return max(0, computed_tokens - in_flight)
+    in flight (vLLM 0.33's ``num_in_flight_tokens``: scheduled, their step not back yet).
+    Windows free blocks behind these only, since a step in flight still reads the blocks
+    behind its own tokens."""
+    return computed_tokens - in_flight if computed_tokens > in_flight else 0
+
+
+def tokens_in_flight(request: Any) -> Any:
+    """The request's tokens in flight; 0 for a request without the field (vLLM 0.25.1's)."""
+    return getattr(request, "num_in_flight_tokens", 0)
 
 
 def _count(name: str, value: object) -> int:
@@ -278,8 +280,9 @@ class KVCacheManager:
         coordinator.check_new_blocks(rid, main)  # a refusal here changes nothing
         # Freed even if the allocation then fails: those tokens are out of attention anyway.
         if coordinator.frees_skipped_blocks:
-            coordinator.remove_skipped_blocks(rid, processed_tokens(request, total),
-                                              request.num_prompt_tokens)
+            coordinator.remove_skipped_blocks(
+                rid, processed_tokens(total, tokens_in_flight(request)),
+                request.num_prompt_tokens)
         needed = coordinator.get_num_blocks_to_allocate(
             rid, need_slots, hits.blocks, num_encoder_tokens,
             local + num_external_computed_tokens, main, num_local_computed_tokens=local)
@@ -313,7 +316,7 @@ class KVCacheManager:
         if skip_zeroing_group_ids != ():
             self._check_group_ids("skip_zeroing_group_ids", skip_zeroing_group_ids)
         if self.coordinator.frees_skipped_blocks:  # (read nowhere else)
-            _count("request.num_in_flight_tokens", getattr(request, "num_in_flight_tokens", 0))
+            _count("request.num_in_flight_tokens", tokens_in_flight(request))
         new_tokens = _count("num_new_tokens", num_new_tokens)
         new_computed = _count("num_new_computed_tokens", num_new_computed_tokens)
         _count("num_lookahead_tokens", num_lookahead_tokens)

@@ -45,7 +45,7 @@ from typing import Any
 from kvpool.backends import backend_name
 from kvpool.hash_list import BlockHashList
 from kvpool.policy.blocks import KVCacheBlocks
-from kvpool.policy.facade import KVCacheManager
+from kvpool.policy.facade import KVCacheManager, processed_tokens, tokens_in_flight
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -497,7 +497,7 @@ class FastHybridKVCacheManager(_FastPolicy):
             num_tokens = request.num_tokens
             # Tokens in flight only shift what the windows free (read where the generic
             # policy reads them; anything but a plain count is refused there).
-            in_flight = getattr(request, "num_in_flight_tokens", 0) if self._frees else 0
+            in_flight = tokens_in_flight(request) if self._frees else 0
             if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0] \
                     and in_flight.__class__ is int and in_flight >= 0:
                 # The step's token counts, as the generic step has them: computed tokens
@@ -541,7 +541,7 @@ class FastHybridKVCacheManager(_FastPolicy):
         # processed tokens: the blocks behind tokens still in flight are still read.
         if self._frees:
             self.coordinator.remove_skipped_blocks(
-                rid, total - in_flight if total > in_flight else 0, request.num_prompt_tokens)
+                rid, processed_tokens(total, in_flight), request.num_prompt_tokens)
         needed = 0
         for m in managers:
             needed += m.get_num_blocks_to_allocate(rid, need, (), total, main)
