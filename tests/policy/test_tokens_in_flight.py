@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvpool.errors import InvalidArgument
+from kvpool.errors import InvalidArgument, InvalidConfig
 from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.policy import (
     FullAttentionSpec,
@@ -163,3 +163,25 @@ def test_bad_zeroing_skips_are_refused_and_change_nothing(policy, bad) -> None:
     with pytest.raises(InvalidArgument, match="skip_zeroing_group_ids"):
         m.allocate_slots(r, 40, skip_zeroing_group_ids=bad)
     assert m.block_pool.abstract() == state and m.get_block_ids("a") == ([],)
+
+
+@pytest.mark.parametrize("policy", ["generic", "fast"])
+@pytest.mark.parametrize("groups", [[FULL], [FULL, WINDOW]])
+@pytest.mark.parametrize("bad", [-1, 33.0, "32", True, None])
+def test_a_bad_count_to_key_is_refused_and_changes_nothing(policy, groups, bad) -> None:
+    """``cache_blocks`` (async scheduling's call after each output) refuses a count that is
+    not a non-negative int on every policy, with the same typed error, before any change."""
+    config = KVCacheConfig(64, [KVCacheGroupSpec(g) for g in groups])
+    m = make_kv_cache_manager(config, 1024, 16, 16, backend="fast", policy=policy)
+    r = SchedulerRequest("a", list(range(40)), block_hasher=get_request_block_hasher(16, HASHER))
+    assert m.allocate_slots(r, 20) is not None
+    r.num_computed_tokens = 20
+    tables, state = m.get_block_ids("a"), m.block_pool.abstract()
+    with pytest.raises(InvalidArgument, match="num_computed_tokens"):
+        m.cache_blocks(r, bad)
+    assert m.get_block_ids("a") == tables and m.block_pool.abstract() == state
+
+
+def test_the_0_33_rules_take_a_manager() -> None:
+    with pytest.raises(InvalidConfig, match="KVCacheManager"):
+        follow_vllm_033_rules("not a manager")

@@ -463,7 +463,9 @@ class KVCacheManager:
         return True
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
-        """Key the request's full blocks up to ``num_computed_tokens`` (caching on only)."""
+        """Key the request's full blocks up to ``num_computed_tokens`` (caching on only); a
+        count that is not a non-negative int is refused, changing nothing."""
+        _count("num_computed_tokens", num_computed_tokens)
         if self.enable_caching:
             self.coordinator.cache_blocks(request, num_computed_tokens)
 

@@ -424,8 +424,8 @@ class FastKVCacheManager(_FastPolicy):
         """Key the request's full blocks up to ``num_computed_tokens``. Async scheduling
         calls it for every request after every step's output: when no block filled since
         the last key, that is a dict read here (the generic rule's own early return)."""
-        if num_computed_tokens.__class__ is int and self.enable_caching and \
-                num_computed_tokens // self._block_size \
+        if num_computed_tokens.__class__ is int and num_computed_tokens >= 0 and \
+                self.enable_caching and num_computed_tokens // self._block_size \
                 <= self._num_cached.get(request.request_id, 0):
             return
         super().cache_blocks(request, num_computed_tokens)
@@ -560,7 +560,8 @@ class FastHybridKVCacheManager(_FastPolicy):
         """Key the request's full blocks, every group up to the aligned length (async
         scheduling calls it for every request after every step's output): nothing to do,
         checked in ``O(groups)``, when no group has a full block left to key."""
-        if num_computed_tokens.__class__ is int and self.enable_caching:
+        if num_computed_tokens.__class__ is int and num_computed_tokens >= 0 and \
+                self.enable_caching:
             rid = request.request_id
             aligned = num_computed_tokens - num_computed_tokens % self._cache_alignment
             if all(aligned // bs <= num_cached.get(rid, 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.errors import HashStateError
+from kvpool.errors import HashStateError, InvalidConfig
 from kvpool.hashing.coarse import resolve_block_hashes
 from kvpool.keys import pack_key
 from kvpool.policy.manager import SingleTypeKVCacheManager
@@ -387,7 +387,10 @@ def follow_vllm_033_rules(manager: Any) -> None:
     """Free Mamba states by vLLM 0.33's rules in ``manager`` (a facade): the skipped count is
     not lowered by the speculative blocks, and align mode walks past null gaps. The facade's
     default is 0.25.1's (BEHAVIOUR.md §8); the vLLM 0.33 drop-in applies this."""
-    for single in manager.coordinator.single_type_managers:
+    managers = getattr(getattr(manager, "coordinator", None), "single_type_managers", None)
+    if managers is None:
+        raise InvalidConfig(f"follow_vllm_033_rules takes a KVCacheManager, got {manager!r}")
+    for single in managers:
         if isinstance(single, MambaManager):
             single.lowers_skipped_by_speculative_blocks = False
             single.walks_past_null_gaps = True
