@@ -10,6 +10,8 @@ from kvpool.events import BlockStored
 from kvpool.policy import (
     FullAttentionSpec,
     KVCacheBlocks,
+    KVCacheConfig,
+    KVCacheGroupSpec,
     MambaSpec,
     RequestStatus,
     SlidingWindowSpec,
@@ -197,3 +199,48 @@ def test_an_empty_hit_list_cannot_cover_computed_tokens(backend) -> None:
         m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=bad)
     assert snapshot(m, "b") == before
     assert m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=hits)
+
+
+@pytest.mark.parametrize("bad", [0, 32, -1, 2.0, "3", True])
+def test_a_lookups_hits_changed_before_the_admission_are_checked_again(bad) -> None:
+    """A lookup's hit list changed before the admission (a null, an id beyond the pool, not
+    an int): the fast policy answers exactly as the generic one — the same error or the same
+    blocks — and a refusal changes nothing. (A fast path that trusted its own lookup's hits
+    when they compared equal took 2.0 for block 2: equality is not identity.)"""
+    from kvpool.policy import make_kv_cache_manager
+
+    def admit_changed(policy: str) -> tuple[object, object, object]:
+        config = KVCacheConfig(32, (KVCacheGroupSpec(FULL),))
+        m = make_kv_cache_manager(config, 4096, 16, 16, backend="fast", policy=policy)
+        assert m.policy_name == policy
+        a = request("a", list(range(48)))
+        run_prefill(m, a)
+        m.free(a)
+        b = request("b", list(range(48)))
+        hits, n = m.get_computed_blocks(b)
+        assert n == 32 and len(hits.blocks[0]) == 2
+        hits.blocks[0][1] = bad
+        before = snapshot(m, "b")
+        try:
+            out = m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=hits)
+        except KvPoolError as error:
+            assert snapshot(m, "b") == before
+            return type(error), str(error), None
+        return out.get_block_ids(), m.get_block_ids("b"), snapshot(m, "b")
+
+    assert admit_changed("fast") == admit_changed("generic")
+
+
+@pytest.mark.parametrize("policy", ["generic", "fast"])
+def test_a_lookups_own_hits_are_admitted(policy) -> None:
+    from kvpool.policy import make_kv_cache_manager
+
+    config = KVCacheConfig(32, (KVCacheGroupSpec(FULL),))
+    m = make_kv_cache_manager(config, 4096, 16, 16, backend="fast", policy=policy)
+    a = request("a", list(range(48)))
+    first = run_prefill(m, a)
+    m.free(a)
+    b = request("b", list(range(48)))
+    hits, n = m.get_computed_blocks(b)
+    assert m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=hits)
+    assert m.get_block_ids("b")[0][:2] == first[0][:2]

@@ -124,6 +124,9 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
     for side, rs in runs.items():
         sched, manager = _median(rs, "scheduler_cpu_s"), _median(rs, "manager_cpu_s")
         sides[side] = {"scheduler_cpu_s": sched, "manager_cpu_s": manager,
+                       # less what the clock put into each call (kvpool.vllm.manager_clock)
+                       "manager_net_cpu_s": _median(rs, "manager_net_cpu_s"),
+                       "clock_share_ns": 1e9 * _median(rs, "manager_clock_share_s"),
                        "requests_cpu_s": _median(rs, "requests_cpu_s"),
                        "scheduler_us_per_step": 1e6 * sched / steps,
                        "manager_us_per_step": 1e6 * manager / steps,
@@ -141,6 +144,8 @@ def _summary(config: SchedulerBenchConfig, runs: dict[str, list[dict[str, Any]]]
         "backend": config.backend, "manager": runs["kvpool"][0]["manager_repr"],
         "rounds": config.rounds, "digest": runs["vllm"][0]["digest"], "sides": sides,
         "ratios": {"manager": v["manager_cpu_s"] / k["manager_cpu_s"],
+                   "manager_net": v["manager_net_cpu_s"] / k["manager_net_cpu_s"]
+                   if k["manager_net_cpu_s"] else 0.0,
                    "scheduler": v["scheduler_cpu_s"] / k["scheduler_cpu_s"]},
         "ratio_ranges": {"manager": _round_ratios(runs, "manager_cpu_s"),
                          "scheduler": _round_ratios(runs, "scheduler_cpu_s")},
@@ -211,6 +216,9 @@ def render_rows(result: dict[str, Any]) -> list[list[str]]:
          f"{k['manager_cpu_s']:.3f} s", f"{r['manager']:.2f}x",
          verdict(r["manager"], t["manager"])],
         ["  ratio, lowest-highest round", "", "", spread("manager"), ""],
+        ["  less the clock's own cost", f"{v['manager_net_cpu_s']:.3f} s",
+         f"{k['manager_net_cpu_s']:.3f} s", f"{r['manager_net']:.2f}x",
+         f"({v['clock_share_ns']:.0f} / {k['clock_share_ns']:.0f} ns a call)"],
         ["KV manager CPU per step", f"{v['manager_us_per_step']:.0f} us",
          f"{k['manager_us_per_step']:.0f} us", f"{r['manager']:.2f}x", ""],
         ["scheduler step CPU", f"{v['scheduler_us_per_step']:.0f} us",

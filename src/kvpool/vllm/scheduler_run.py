@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvpool.bench.vllm_scheduler import MODELS
+from kvpool.vllm.manager_clock import ManagerClock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -301,56 +302,6 @@ def digest(records: Sequence[dict[str, Any]]) -> str:
     return h.hexdigest()[:16]
 
 
-class _ManagerClock:
-    """Time inside the KV manager's public methods, outermost calls only.
-
-    Each call is timed with ``perf_counter`` (a quarter of a microsecond per read here),
-    not ``thread_time``: the CPU clock is a system call that costs 2–3 µs per read on
-    these machines, and a call-by-call CPU clock would add that to every one of the ~140k
-    calls of a replay, on both sides, squeezing the ratio toward 1. :func:`run` turns the
-    total into CPU time with the steps' own CPU/wall ratio (two reads of each clock per
-    step)."""
-
-    METHODS = ("get_computed_blocks", "allocate_slots", "free", "pop_blocks_for_free",
-               "get_num_common_prefix_blocks", "take_events", "get_blocks", "get_block_ids",
-               "make_prefix_cache_stats", "new_step_starts", "take_new_block_ids",
-               "cache_blocks", "reset_prefix_cache", "evict_blocks", "remove_skipped_blocks",
-               "get_block_ids_for_computed_tokens", "create_kv_cache_blocks")
-
-    def __init__(self, manager: Any, by_method: bool = False) -> None:
-        self.seconds = 0.0
-        self.calls = 0
-        #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls.
-        self.by_method: dict[str, list[float]] = {}
-        depth = [0]
-        clock = time.perf_counter
-
-        def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-            total = self.by_method.setdefault(name, [0.0, 0]) if by_method else None
-
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                if depth[0]:
-                    return method(*args, **kwargs)
-                depth[0] = 1
-                began = clock()
-                try:
-                    return method(*args, **kwargs)
-                finally:
-                    spent = clock() - began
-                    self.seconds += spent
-                    self.calls += 1
-                    depth[0] = 0
-                    if total is not None:
-                        total[0] += spent
-                        total[1] += 1
-            return timed
-
-        for name in self.METHODS:
-            method = getattr(manager, name, None)
-            if method is not None:
-                setattr(manager, name, wrap(name, method))
-
-
 def _fill_connector_store(connector: Any, workload: Workload, block_size: int) -> None:
     """Mark every third prompt as held by the ``ExampleConnector``'s store (an empty
     folder under the name it looks up: all its scheduler side checks). Not prompts of
@@ -392,7 +343,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         _fill_connector_store(scheduler.connector, workload, setup.block_size)
     recorder = _Recorder()
     scheduler.kv_event_publisher = recorder
-    clock = _ManagerClock(scheduler.kv_cache_manager, by_method) if timing else None
+    clock = ManagerClock(scheduler.kv_cache_manager, by_method) if timing else None
     kv_cache_utils.init_none_hash(sha256)
     # Read after install(), as vLLM's engine core does at start: with kvpool's fast backend
     # its hashers keep each prompt's digests packed (kvpool.vllm.hashes).
@@ -490,10 +441,16 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     if timing:
         assert clock is not None
         cpu_per_wall = step_seconds / step_wall if step_wall else 1.0
+        # What the clock itself put into each call, measured here and now (after the
+        # replay: the same process, warm); the net figure takes it off every call.
+        share = ManagerClock.calibrate()
         result_dict.update(requests_cpu_s=requests_seconds,
                            scheduler_cpu_s=step_seconds, scheduler_wall_s=step_wall,
                            manager_wall_s=clock.seconds,
                            manager_cpu_s=clock.seconds * cpu_per_wall,
+                           manager_clock_share_s=share,
+                           manager_net_cpu_s=max(0.0, clock.seconds - clock.calls * share)
+                           * cpu_per_wall,
                            manager_calls=clock.calls, first_step_cpu_s=first_step_s)
         if by_method:
             result_dict["manager_by_method"] = {
