@@ -232,3 +232,71 @@ def test_the_clock_measures_its_own_cost_per_call() -> None:
 
     share = ManagerClock.calibrate(rounds=3, calls=2000)
     assert 0 < share < 2e-6
+
+
+class _Blocks:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_block_ids(self, allow_none=False):
+        return None if allow_none and not any(self.ids) else self.ids
+
+
+@pytest.mark.parametrize("admission, result, computed, new, kind", [
+    (True, _Blocks(([3, 4],)), 0, 40, "admission"),
+    (True, None, 0, 40, "admission, refused"),
+    (False, None, 20, 1, "step, refused"),
+    (False, _Blocks(([],)), 20, 1, "step, nothing taken or filled"),
+    (False, _Blocks(([],)), 31, 1, "step that fills a block"),
+    (False, _Blocks(([7],)), 32, 1, "step that takes a block"),
+    (False, _Blocks(([7],)), 30, 4, "step that takes and fills a block"),
+])
+def test_an_allocate_slots_call_is_told_by_what_it_did(admission, result, computed, new,
+                                                       kind) -> None:
+    from kvpool.vllm.manager_clock import allocate_kind
+
+    assert allocate_kind(admission, result, computed, new, 16) == kind
+
+
+def test_the_manager_clock_times_allocate_slots_per_kind_too() -> None:
+    """Each outermost allocate_slots is counted under its method and its kind, the kinds add
+    up to the method; the waiting queue's call (it passes the lookup's hits) is an
+    admission, whether by keyword or by position."""
+    from types import SimpleNamespace
+
+    from kvpool.vllm.manager_clock import ManagerClock
+
+    class Manager:
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0,
+                           new_computed_blocks=None, num_lookahead_tokens=0):
+            return _Blocks(([1],) if num_new_tokens > 1 else ([],))
+
+    m = Manager()
+    clock = ManagerClock(m, by_method=True, block_size=16)
+    r = SimpleNamespace(num_computed_tokens=0)
+    m.allocate_slots(r, 20, num_new_computed_tokens=0, new_computed_blocks=_Blocks(([],)))
+    m.allocate_slots(r, 20, 0, _Blocks(([],)))
+    r.num_computed_tokens = 20
+    m.allocate_slots(r, 1, num_lookahead_tokens=0)
+    counts = {name: int(calls) for name, (_, calls) in clock.by_method.items() if calls}
+    assert counts == {"allocate_slots": 3, "allocate_slots / admission": 2,
+                      "allocate_slots / step, nothing taken or filled": 1}
+    assert sum(s for name, (s, _) in clock.by_method.items() if " / " in name) == \
+        pytest.approx(clock.by_method["allocate_slots"][0])
+
+
+def test_the_method_table_puts_each_methods_kinds_under_it() -> None:
+    def figures(vllm_s, kvpool_s, calls):
+        return {"vllm_calls": calls, "kvpool_calls": calls, "vllm_cpu_s": vllm_s,
+                "kvpool_cpu_s": kvpool_s, "vllm_us_per_call": 1e6 * vllm_s / calls,
+                "kvpool_us_per_call": 1e6 * kvpool_s / calls}
+
+    result = {"by_method": {
+        "free": figures(0.5, 0.2, 10),
+        "allocate_slots": figures(1.0, 0.3, 100),
+        "allocate_slots / admission": figures(0.4, 0.1, 10),
+        "allocate_slots / step, nothing taken or filled": figures(0.6, 0.2, 90)}}
+    rows = vs.render_method_rows(result)
+    assert [row[0] for row in rows] == ["allocate_slots", "  step, nothing taken or filled",
+                                        "  admission", "free"]
+    assert rows[2][-1] == "4.00x"

@@ -244,3 +244,28 @@ def test_a_lookups_own_hits_are_admitted(policy) -> None:
     hits, n = m.get_computed_blocks(b)
     assert m.allocate_slots(b, 16, num_new_computed_tokens=32, new_computed_blocks=hits)
     assert m.get_block_ids("b")[0][:2] == first[0][:2]
+
+
+def test_a_table_holding_numpy_ids_is_freed_as_the_generic_policy_frees_it() -> None:
+    """Hits may be any integral ids (numpy's included); the generic code keeps them in the
+    table as given, and the fast policy frees a table as one int64 array: the free queue
+    and the hash table end up exactly as the generic policy leaves them."""
+    import numpy as np
+
+    from kvpool.policy import make_kv_cache_manager
+
+    def run(policy: str) -> object:
+        config = KVCacheConfig(32, (KVCacheGroupSpec(FULL),))
+        m = make_kv_cache_manager(config, 4096, 16, 16, backend="fast", policy=policy)
+        a = request("a", list(range(64)))
+        run_prefill(m, a)
+        m.free(a)
+        b = request("b", list(range(64)) + [7] * 20)
+        hits, n = m.get_computed_blocks(b)
+        numpy_hits = KVCacheBlocks(tuple([np.int64(x) for x in g] for g in hits.blocks))
+        assert m.allocate_slots(b, b.num_tokens - n, num_new_computed_tokens=n,
+                                new_computed_blocks=numpy_hits)
+        m.free(b)
+        return m.block_pool.abstract()
+
+    assert run("fast") == run("generic")

@@ -184,18 +184,28 @@ def _by_method(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any
 def render_method_rows(result: dict[str, Any]) -> list[list[str]]:
     """One row per manager method, costliest on vLLM's side first: calls (vLLM's, then
     kvpool's where they differ), CPU per call and in all on each side, and the ratio of the
-    totals."""
+    totals. A method's kinds of call (``"method / kind"``, ``allocate_slots``'s) follow its
+    row, indented, costliest first."""
+    figures = result.get("by_method", {})
+    by_cost = sorted(figures.items(), key=lambda kv: -kv[1]["vllm_cpu_s"])
     rows = []
-    methods = sorted(result.get("by_method", {}).items(), key=lambda kv: -kv[1]["vllm_cpu_s"])
-    for name, m in methods:
-        ratio = m["vllm_cpu_s"] / m["kvpool_cpu_s"] if m["kvpool_cpu_s"] else 0.0
-        calls = f"{m['vllm_calls']:,}"
-        if m["kvpool_calls"] != m["vllm_calls"]:  # one manager calls it from another
-            calls += f" / {m['kvpool_calls']:,}"
-        rows.append([name, calls, f"{m['vllm_us_per_call']:.2f} us",
-                     f"{1e3 * m['vllm_cpu_s']:.1f} ms", f"{m['kvpool_us_per_call']:.2f} us",
-                     f"{1e3 * m['kvpool_cpu_s']:.1f} ms", f"{ratio:.2f}x" if ratio else ""])
+    for name, m in by_cost:
+        if " / " in name:
+            continue
+        rows.append(_method_row(name, m))
+        rows.extend(_method_row("  " + kind.split(" / ", 1)[1], k) for kind, k in by_cost
+                    if kind.startswith(name + " / "))
     return rows
+
+
+def _method_row(label: str, m: dict[str, Any]) -> list[str]:
+    ratio = m["vllm_cpu_s"] / m["kvpool_cpu_s"] if m["kvpool_cpu_s"] else 0.0
+    calls = f"{m['vllm_calls']:,}"
+    if m["kvpool_calls"] != m["vllm_calls"]:  # one manager calls it from another
+        calls += f" / {m['kvpool_calls']:,}"
+    return [label, calls, f"{m['vllm_us_per_call']:.2f} us", f"{1e3 * m['vllm_cpu_s']:.1f} ms",
+            f"{m['kvpool_us_per_call']:.2f} us", f"{1e3 * m['kvpool_cpu_s']:.1f} ms",
+            f"{ratio:.2f}x" if ratio else ""]
 
 
 def render_rows(result: dict[str, Any]) -> list[list[str]]:

@@ -64,8 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "core steps it (the next batch scheduled while the last is in "
                         "flight; the default of vLLM's engines)")
     parser.add_argument("--by-method", action="store_true",
-                        help="--vllm-scheduler: also time the manager per public method, on "
-                        "both sides (a second table)")
+                        help="--vllm-scheduler: also time the manager per public method, and "
+                        "allocate_slots per kind of call (admission, idle step, a step that "
+                        "takes or fills a block, refused), on both sides (a second table)")
     parser.add_argument("--vllm-kit", metavar="DIR", default=None,
                         help="the vLLM kit directory with bench.py and gen_trace.py "
                         "($KVPOOL_VLLM_KIT, else ../shared/vllm-kit)")
@@ -187,7 +188,8 @@ def run_vllm_scheduler(args: argparse.Namespace) -> int:
             ["method", "calls (vLLM / kvpool)", "vLLM per call", "vLLM in all", "kvpool per call",
              "kvpool in all", "vLLM / kvpool"],
             render_method_rows(result),
-            title="the KV manager per public method (outermost calls, CPU clock, medians)"))
+            title="the KV manager per public method and, indented, allocate_slots per kind of "
+            "call (outermost calls, CPU clock, medians)"))
     print(f"kvpool side: {result['manager']}")
     return 0
 

@@ -36,11 +36,15 @@ class ManagerClock:
                "cache_blocks", "reset_prefix_cache", "evict_blocks", "remove_skipped_blocks",
                "get_block_ids_for_computed_tokens", "create_kv_cache_blocks")
 
-    def __init__(self, manager: Any, by_method: bool = False) -> None:
+    def __init__(self, manager: Any, by_method: bool = False, block_size: int = 0) -> None:
         self.seconds = 0.0
         self.calls = 0
-        #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls.
+        #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls; with
+        #: a ``block_size`` as well, ``allocate_slots`` also per kind of call
+        #: (:func:`allocate_kind`, keys ``"allocate_slots / <kind>"``).
         self.by_method: dict[str, list[float]] = {}
+        #: The seconds of the last outermost call (``None`` after a nested one).
+        self.last_spent: float | None = None
         depth = [0]
         clock = time.perf_counter
 
@@ -58,6 +62,7 @@ class ManagerClock:
                     spent = clock() - began
                     self.seconds += spent
                     self.calls += 1
+                    self.last_spent = spent
                     depth[0] = 0
                     if total is not None:
                         total[0] += spent
@@ -68,6 +73,26 @@ class ManagerClock:
             method = getattr(manager, name, None)
             if method is not None:
                 setattr(manager, name, wrap(name, method))
+        if by_method and block_size > 0 and hasattr(manager, "allocate_slots"):
+            manager.allocate_slots = self._by_kind(manager.allocate_slots, block_size)
+
+    def _by_kind(self, timed: Callable[..., Any], block_size: int) -> Callable[..., Any]:
+        """``timed`` (the clocked ``allocate_slots``) with each outermost call's seconds also
+        counted under its kind; the kind is read outside the clock's bracket."""
+        kinds = self.by_method
+
+        def classified(request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
+            admission = "new_computed_blocks" in kwargs or len(args) >= 2
+            computed = request.num_computed_tokens
+            self.last_spent = None
+            result = timed(request, num_new_tokens, *args, **kwargs)
+            if self.last_spent is not None:
+                kind = allocate_kind(admission, result, computed, num_new_tokens, block_size)
+                entry = kinds.setdefault(f"allocate_slots / {kind}", [0.0, 0])
+                entry[0] += self.last_spent
+                entry[1] += 1
+            return result
+        return classified
 
     @staticmethod
     def calibrate(rounds: int = 7, calls: int = 20_000) -> float:
@@ -93,6 +118,23 @@ class ManagerClock:
                 shares.append(bracket - plain)
             shapes.append(statistics.median(shares))
         return max(0.0, min(shapes))
+
+
+def allocate_kind(admission: bool, result: Any, computed: int, num_new_tokens: int,
+                  block_size: int) -> str:
+    """What an ``allocate_slots`` call did, from what both managers show alike (equal
+    decisions): an admission (the waiting queue's call, which passes the lookup's hits) or a
+    running request's step; refused (``None``); whether it returned new blocks; whether its
+    tokens fill a block (``computed`` is the request's count before the call)."""
+    if result is None:
+        return "admission, refused" if admission else "step, refused"
+    if admission:
+        return "admission"
+    takes = result.get_block_ids(allow_none=True) is not None
+    fills = (computed + num_new_tokens) // block_size > computed // block_size
+    if takes:
+        return "step that takes and fills a block" if fills else "step that takes a block"
+    return "step that fills a block" if fills else "step, nothing taken or filled"
 
 
 class _Idle:
@@ -123,4 +165,4 @@ def _loop(method: Callable[..., Any] | None, keyword: bool, calls: int) -> float
     return (time.perf_counter() - began) / calls
 
 
-__all__ = ["ManagerClock"]
+__all__ = ["ManagerClock", "allocate_kind"]

@@ -320,7 +320,9 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         policy: str = "auto", record: bool = True, timing: bool = False,
         max_steps: int = 100_000, by_method: bool = False) -> dict[str, Any]:
     """Replay ``workload`` through vLLM's scheduler with ``manager`` (module docstring);
-    ``by_method`` (with ``timing``) adds the manager's CPU time and calls per method."""
+    ``by_method`` (with ``timing``) adds the manager's CPU time and calls per method, and
+    ``allocate_slots``'s per kind of call (:func:`kvpool.vllm.manager_clock.allocate_kind`;
+    telling the kind costs both sides' steps a little, outside the manager's time)."""
     import gc
 
     from vllm.sampling_params import SamplingParams
@@ -343,7 +345,8 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         _fill_connector_store(scheduler.connector, workload, setup.block_size)
     recorder = _Recorder()
     scheduler.kv_event_publisher = recorder
-    clock = ManagerClock(scheduler.kv_cache_manager, by_method) if timing else None
+    clock = ManagerClock(scheduler.kv_cache_manager, by_method,
+                         setup.block_size) if timing else None
     kv_cache_utils.init_none_hash(sha256)
     # Read after install(), as vLLM's engine core does at start: with kvpool's fast backend
     # its hashers keep each prompt's digests packed (kvpool.vllm.hashes).
