@@ -269,3 +269,32 @@ def test_a_table_holding_numpy_ids_is_freed_as_the_generic_policy_frees_it() -> 
         return m.block_pool.abstract()
 
     assert run("fast") == run("generic")
+
+
+@pytest.mark.parametrize("zeroed", [True, False])
+def test_the_blocks_to_zero_follow_a_setting_changed_after_the_manager_is_built(zeroed) -> None:
+    """The drop-ins say which groups are zeroed once the manager exists (vLLM 0.25 zeroes
+    none: recorded, every allocated id would pile up for a call that never comes). The fast
+    policy's own allocations follow the setting as the generic code's do."""
+    from kvpool.policy import make_kv_cache_manager
+
+    def run(policy: str) -> list[list[int]]:
+        config = KVCacheConfig(64, (KVCacheGroupSpec(FULL),))
+        m = make_kv_cache_manager(config, 4096, 16, 16, backend="fast", policy=policy)
+        assert m.policy_name == policy
+        single = m.coordinator.single_type_managers[0]
+        if not zeroed:
+            single.zeroed_spec_types = ()
+        taken = []
+        for i in range(3):
+            r = request(f"r{i}", list(range(100 * i, 100 * i + 40)))
+            run_prefill(m, r)  # an admission: new blocks
+            r.append_output_token_ids([1] * 9)
+            assert m.allocate_slots(r, 9) is not None  # a step that takes a block
+            r.num_computed_tokens += 9
+            taken.append(m.take_new_block_ids())
+        return taken
+
+    taken = run("fast")
+    assert taken == run("generic")
+    assert all(taken) if zeroed else not any(taken)

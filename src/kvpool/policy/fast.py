@@ -131,7 +131,9 @@ class FastKVCacheManager(_FastPolicy):
         self._tables: dict[str, list[int]] = manager.req_to_blocks
         self._num_cached: dict[str, int] = manager.num_cached_block
         self._block_size: int = manager.block_size
-        self._zeroed = type(manager.kv_cache_spec) in manager.zeroed_spec_types
+        # The generic rule that records new blocks for zeroing (take_new_block_ids), read at
+        # each call: a drop-in sets which groups are zeroed after the policy is built.
+        self._note_new_blocks = manager._note_new_blocks
         self._eagle = 0 in self.coordinator.eagle_group_ids
 
     def __repr__(self) -> str:
@@ -251,8 +253,7 @@ class FastKVCacheManager(_FastPolicy):
             if num_new:  # the step's token starts a block (every block_size-th step)
                 new = self.block_pool.get_new_blocks(num_new)
                 table.extend(new)
-                if self._zeroed:
-                    self._manager.new_block_ids.extend(new)
+                self._note_new_blocks(new)
         self._live[rid] = (num_tokens, computed)
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
@@ -364,8 +365,8 @@ class FastKVCacheManager(_FastPolicy):
         if num_full > num_cached:
             pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
             self._num_cached[rid] = num_full
-        if new and self._zeroed:
-            self._manager.new_block_ids.extend(new)
+        if new:
+            self._note_new_blocks(new)
         self._live[rid] = (num_tokens, computed)
         if not new:
             return self.empty_kv_cache_blocks

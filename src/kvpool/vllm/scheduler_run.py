@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -439,6 +439,12 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         "steps": step, "digest": run_digest.hexdigest()[:16] if record else None,
         "manager_repr": repr(scheduler.kv_cache_manager), "interventions": interventions,
     }
+    if manager == "kvpool":
+        # Block ids recorded for zeroing that no call has taken: vLLM 0.33's scheduler takes
+        # them every step, 0.25's never asks, so none may be left (none may pile up).
+        result_dict["blocks_to_zero_left"] = sum(
+            len(m.new_block_ids)
+            for m in scheduler.kv_cache_manager.manager.coordinator.single_type_managers)
     if record and not timing:
         result_dict["records"] = records
     if timing:
@@ -510,7 +516,7 @@ def compare(setup: Setup, workload: Workload, backends: Sequence[str],
         ours = run(setup, workload, manager="kvpool", backend=backend, policy=policy)
         out["runs"][backend] = {
             "steps": ours["steps"], "digest": ours["digest"],
-            "manager": ours["manager_repr"],
+            "manager": ours["manager_repr"], "blocks_to_zero_left": ours["blocks_to_zero_left"],
             "difference": first_difference(stock["records"], ours["records"])}
     return out
 

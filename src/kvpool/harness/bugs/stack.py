@@ -259,7 +259,8 @@ def _fast_evictable_hits_not_counted(m: Any) -> None:
 
 
 def _fast_zeroing_ids_not_recorded(m: Any) -> None:
-    m._zeroed = False  # the blocks it allocates itself never reach take_new_block_ids
+    # The blocks it allocates itself never reach take_new_block_ids.
+    m._note_new_blocks = lambda fresh: None
 
 
 def _fast_idle_step_ignores_the_window(m: Any) -> None:
