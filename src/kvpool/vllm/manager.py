@@ -251,10 +251,11 @@ class KvpoolKVCacheManager:
         manager.hit_block_ids = block_ids_of
         manager.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         manager.watermark_statuses = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
-        # vLLM's scheduler takes the blocks to zero only when the model needs zeroing (it
-        # has Mamba layers); 0.25.1's managers record them regardless, and the ids of every
-        # block ever allocated pile up for a call that never comes. kvpool records them only
-        # when they will be taken (the 0.33 drop-in sets its own groups).
+        # vLLM 0.25.1's scheduler takes the blocks to zero only when the model needs zeroing
+        # (it has Mamba layers); its managers record them regardless, and the ids of every
+        # block ever allocated pile up for a call that never comes (0.33 drains them every
+        # step). kvpool records them only when they will be taken (the 0.33 drop-in then
+        # sets its own groups).
         if not getattr(kv_cache_config, "needs_kv_cache_zeroing", False):
             for single in manager.coordinator.single_type_managers:
                 single.zeroed_spec_types = ()
