@@ -165,6 +165,9 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
             # kvpool records fresh blocks of full attention only; 0.33 of every group above.
             single.zeroed_spec_types = (type(single.kv_cache_spec),) if g in self._zeroed \
                 else ()
+        # What take_new_block_ids drains each step: every group, and whether it is zeroed.
+        self._drains = tuple((single, g in self._zeroed) for g, single in
+                             enumerate(manager.coordinator.single_type_managers))
 
         self._block_sizes = tuple(m.block_size for m in manager.coordinator.single_type_managers)
         follow_vllm_033_rules(manager)  # Mamba states freed as 0.33 frees them
@@ -233,9 +236,9 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
         """New blocks of the groups 0.33 zeroes (attention, not circular buffers), only when
         the model needs zeroing; drained every step either way."""
         out: list[int] = []
-        for g, manager in enumerate(self.manager.coordinator.single_type_managers):
+        for manager, zeroed in self._drains:
             ids = manager.take_new_block_ids()
-            if g in self._zeroed:
+            if zeroed:
                 out.extend(ids)
         return out
 
