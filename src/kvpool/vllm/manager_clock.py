@@ -6,8 +6,8 @@ outermost calls (a method calling another is counted once). The scheduler benchm
 CPU/wall ratio.
 
 A bracket around ~140,000–260,000 calls is not free: the clock read, the ``try`` and the
-forwarding of the arguments put about 0.1 µs into every call, on both sides — 15–30 ms
-of a replay, a tenth of kvpool's manager time, which brings the ratio toward 1.
+forwarding of the arguments put about 80 ns into every call, on both sides — 10–21 ms of a
+replay, 3–6% of kvpool's manager time, which brings the ratio toward 1.
 :meth:`ManagerClock.calibrate` measures that share on the machine, in the process, right
 after the replay: a method that does nothing, timed exactly as the manager's are, less the
 same method called plainly. The benchmark reports the raw sum and the sum less
