@@ -96,3 +96,18 @@ def test_the_replay_runs_on_a_frozen_heap_and_leaves_the_collector_as_it_was(mon
         assert seen[-1] > 0 and gc.get_freeze_count() > 0  # not unfrozen behind their back
     finally:
         gc.unfreeze()
+
+
+def test_the_replay_records_no_blocks_to_zero(monkeypatch):
+    """The replay has no KV tensors to zero and never takes the blocks to zero: recorded,
+    they would pile up, one id per block allocated (docs/policy.md)."""
+    import importlib
+
+    module = importlib.import_module("kvpool.workload.simulate")
+    managers = []
+    real_serve = module.serve
+    monkeypatch.setattr(module, "serve", lambda manager, *a, **kw: managers.append(manager)
+                        or real_serve(manager, *a, **kw))
+    report = simulate(backend="fast", num_requests=20, num_blocks=256, warmup=False)
+    assert report.blocks_allocated > 0 and len(managers) == 1
+    assert managers[0].take_new_block_ids() == []

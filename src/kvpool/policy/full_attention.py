@@ -8,7 +8,7 @@ prompt and its decode window; sink attention is full attention with a validated 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from kvpool.hashing.coarse import CoarseBlockHashes
 from kvpool.policy.manager import SingleTypeKVCacheManager, trim_to_alignment
@@ -25,7 +25,7 @@ from kvpool.policy.specs import (
 class FullAttentionManager(SingleTypeKVCacheManager):
     """Full attention (and MLA): keeps every block until the request finishes."""
 
-    zeroed_spec_types: ClassVar[tuple[type, ...]] = (FullAttentionSpec, MLAAttentionSpec)
+    zeroed_spec_types: tuple[type, ...] = (FullAttentionSpec, MLAAttentionSpec)
     supports_partial_hits = True
 
     @classmethod

@@ -30,8 +30,9 @@ from kvpool.policy.specs import KVCacheSpec, cdiv
 class SingleTypeKVCacheManager:
     """Block tables of one KV cache group; see the module docstring."""
 
-    #: Spec classes (exact types) whose fresh blocks are reported for KV zeroing.
-    zeroed_spec_types: ClassVar[tuple[type, ...]] = ()
+    #: Spec classes (exact types) whose fresh blocks are reported for KV zeroing; the
+    #: family's default, which an engine that zeroes nothing turns off per manager.
+    zeroed_spec_types: tuple[type, ...] = ()
     #: Whether the family can answer a lookup that ends inside a block (vLLM 0.33's
     #: fine-grained hash lookup; full attention and Mamba).
     supports_partial_hits: ClassVar[bool] = False
