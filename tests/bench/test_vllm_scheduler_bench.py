@@ -300,3 +300,26 @@ def test_the_method_table_puts_each_methods_kinds_under_it() -> None:
     assert [row[0] for row in rows] == ["allocate_slots", "  step, nothing taken or filled",
                                         "  admission", "free"]
     assert rows[2][-1] == "4.00x"
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, "16", None])
+def test_the_clock_refuses_bad_sizes_with_a_typed_error(bad) -> None:
+    from kvpool.errors import InvalidArgument
+    from kvpool.vllm.manager_clock import ManagerClock, allocate_kind
+
+    class Manager:
+        def free(self, request):
+            return None
+
+    manager = Manager()
+    method = manager.free
+    with pytest.raises(InvalidArgument):
+        allocate_kind(False, None, 0, 1, bad)
+    with pytest.raises(InvalidArgument):
+        ManagerClock.calibrate(rounds=bad)
+    with pytest.raises(InvalidArgument):
+        ManagerClock.calibrate(calls=bad)
+    if bad != 0:  # 0 is the clock's "no kinds of call"
+        with pytest.raises(InvalidArgument):
+            ManagerClock(manager, by_method=True, block_size=bad)
+        assert manager.free == method  # nothing wrapped

@@ -282,9 +282,8 @@ def test_the_blocks_to_zero_follow_a_setting_changed_after_the_manager_is_built(
         config = KVCacheConfig(64, (KVCacheGroupSpec(FULL),))
         m = make_kv_cache_manager(config, 4096, 16, 16, backend="fast", policy=policy)
         assert m.policy_name == policy
-        single = m.coordinator.single_type_managers[0]
         if not zeroed:
-            single.zeroed_spec_types = ()
+            m.record_no_blocks_to_zero()
         taken = []
         for i in range(3):
             r = request(f"r{i}", list(range(100 * i, 100 * i + 40)))

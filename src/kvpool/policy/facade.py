@@ -207,6 +207,13 @@ class KVCacheManager:
             ids.extend(manager.take_new_block_ids())
         return ids
 
+    def record_no_blocks_to_zero(self) -> None:
+        """Stop recording new blocks for zeroing, in every group: for an engine that never
+        calls :meth:`take_new_block_ids`, where the id of every block it allocates would
+        otherwise pile up. Both policies read the setting at each allocation."""
+        for manager in self.coordinator.single_type_managers:
+            manager.zeroed_spec_types = ()
+
     def new_step_starts(self) -> None:
         """A scheduler step begins (Mamba forgets which states were cached this step)."""
         self.coordinator.new_step_starts()

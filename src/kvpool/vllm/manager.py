@@ -257,8 +257,7 @@ class KvpoolKVCacheManager:
         # step). kvpool records them only when they will be taken (the 0.33 drop-in then
         # sets its own groups).
         if not getattr(kv_cache_config, "needs_kv_cache_zeroing", False):
-            for single in manager.coordinator.single_type_managers:
-                single.zeroed_spec_types = ()
+            manager.record_no_blocks_to_zero()
         self.allocate_slots = manager.allocate_slots
         self.get_computed_blocks = manager.get_computed_blocks
         self.free = manager.free

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kvpool.errors import InvalidArgument
+
 
 class ManagerClock:
     """Time inside the KV manager's public methods, outermost calls only.
@@ -37,6 +39,9 @@ class ManagerClock:
                "get_block_ids_for_computed_tokens", "create_kv_cache_blocks")
 
     def __init__(self, manager: Any, by_method: bool = False, block_size: int = 0) -> None:
+        if type(block_size) is not int or block_size < 0:
+            raise InvalidArgument(f"block_size must be an int >= 0 (0: no kinds of call), "
+                                  f"got {block_size!r}")
         self.seconds = 0.0
         self.calls = 0
         #: With ``by_method``: per method, ``[seconds, calls]`` of its outermost calls; with
@@ -104,6 +109,9 @@ class ManagerClock:
         num_lookahead_tokens=k)`` and ``cache_blocks(request, n)`` — as medians over
         ``rounds``; the smaller of the two is returned (never below 0), so that what the
         net figures take off is, if anything, too little."""
+        for name, value in (("rounds", rounds), ("calls", calls)):
+            if type(value) is not int or value < 1:
+                raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
         shapes = []
         for keyword in (True, False):
             shares = []
@@ -126,6 +134,8 @@ def allocate_kind(admission: bool, result: Any, computed: int, num_new_tokens: i
     decisions): an admission (the waiting queue's call, which passes the lookup's hits) or a
     running request's step; refused (``None``); whether it returned new blocks; whether its
     tokens fill a block (``computed`` is the request's count before the call)."""
+    if type(block_size) is not int or block_size < 1:
+        raise InvalidArgument(f"block_size must be a positive int, got {block_size!r}")
     if result is None:
         return "admission, refused" if admission else "step, refused"
     if admission:

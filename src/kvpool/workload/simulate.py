@@ -21,7 +21,6 @@ from typing import Any
 
 from kvpool.backends import PoolRecipe, make_pool
 from kvpool.hashing import BlockHasher
-from kvpool.policy import KVCacheManager
 from kvpool.workload.driver import HASH_SEED, replay
 from kvpool.workload.models import build_manager
 from kvpool.workload.serving import ServingReport, serve
@@ -132,8 +131,8 @@ def simulate(
     # A recipe, not a bare factory: it keeps the backend's name, by which the policy is
     # chosen (the fast policy drives the fast pool; kvpool.policy.factory).
     pools = PoolRecipe(backend, dict(pool_options)) if pool_options else backend
-    manager = _records_nothing_to_zero(
-        build_manager(model, num_blocks, block_size, max_model_len, backend=pools))
+    manager = build_manager(model, num_blocks, block_size, max_model_len, backend=pools)
+    manager.record_no_blocks_to_zero()  # no KV tensors to zero: nothing may pile up
     progress = None
     if on_step is not None:
         total = len(requests)
@@ -146,15 +145,6 @@ def simulate(
             on_step=progress,
         )
     return replace(report, warmup_s=warmup_s)
-
-
-def _records_nothing_to_zero(manager: KVCacheManager) -> KVCacheManager:
-    """``manager`` with its record of blocks to zero turned off: the replay has no KV
-    tensors to zero and never takes them (``take_new_block_ids``), so recorded they would
-    only pile up, one id per block allocated (docs/policy.md)."""
-    for single in manager.coordinator.single_type_managers:
-        single.zeroed_spec_types = ()
-    return manager
 
 
 @contextmanager
@@ -183,8 +173,8 @@ def warm_up_manager(backend: str, *, model: str = "full", block_size: int = 16,
     began = time.perf_counter()
     trace = _WARMUP_WORKLOAD.generate()
     longest = max(len(r.prompt) + r.output_len for r in trace) + block_size
-    manager = _records_nothing_to_zero(
-        build_manager(model, _WARMUP_BLOCKS, block_size, longest, backend=backend))
+    manager = build_manager(model, _WARMUP_BLOCKS, block_size, longest, backend=backend)
+    manager.record_no_blocks_to_zero()
     serve(manager, trace, block_size=block_size, max_running=4,
           hasher=BlockHasher(hash_algorithm, seed=HASH_SEED))
     return time.perf_counter() - began
