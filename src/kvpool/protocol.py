@@ -28,6 +28,12 @@ class BlockObserver(Protocol):
         """Tokens covered by the block's primary key, ``None`` without a key."""
         ...
 
+    def max_key_tokens(self, block_ids: Sequence[int]) -> int:
+        """The most tokens any of these blocks' primary keys covers, 0 when none has a key
+        (the null block never has one): ``max(key_tokens(b) or 0 ...)`` in one read, which
+        is how vLLM 0.33 estimates the tokens a request found cached. O(len)."""
+        ...
+
     def queue_front(self, n: int) -> list[int]:
         """The first ``n`` blocks of the free queue (the next ``get_new_blocks(n)``)."""
         ...

@@ -13,7 +13,9 @@ through vLLM's scheduler with a fake model (the ``async`` workloads: vLLM's
 last one is in flight), once with vLLM's own ``KVCacheManager`` and once
 per kvpool backend through :func:`kvpool.vllm.install`, and compares every step: tokens
 scheduled per request, new block ids per group, resumed, preempted and finished requests,
-common prefix blocks, speculative tokens, and every KV event. No difference is tolerated.
+common prefix blocks, speculative tokens, every KV event and (0.33) the blocks to zero, the
+copy-on-write copies and the manager's estimate of each request's cached tokens. No
+difference is tolerated.
 ``KVPOOL_VLLM_KIT`` points at the kit (default ``../shared/vllm-kit`` beside the checkout).
 """
 
@@ -110,7 +112,9 @@ WORKLOADS = [
 # blocks of 32 tokens hashed every 16).
 WORKLOADS_033 = [
     (name, setup, workload, backends,
-     {"preempted": 10} if name == "preemptions" else exercised)
+     # 0.33 also asks the manager, once per request, how many tokens it found cached
+     ({"preempted": 10} if name == "preemptions" else exercised)
+     | {"cached_token_estimates": 50})
     for name, setup, workload, backends, exercised in WORKLOADS
 ] + [
     ("full+mamba partial hits", {"model": "full+mamba", "num_blocks": 3000, "block_size": 32,
@@ -159,6 +163,26 @@ def test_the_fast_policy_serves_a_full_attention_model(version: str) -> None:
     answer = ask(python, [{"manager": "kvpool", "backend": "fast", "record": False,
                            "workload": {"num_requests": 20}}])[0]
     assert answer["manager_repr"].startswith("KvpoolKVCacheManager(FastKVCacheManager(")
+
+
+@pytest.mark.parametrize("version", ["025", "033"])
+def test_the_benchmark_clock_times_every_method_the_scheduler_calls(version: str) -> None:
+    """The manager's time in ``kvpool bench --vllm-scheduler`` is the time of every method
+    vLLM's schedulers call on it: each ``kv_cache_manager.<name>(`` in their source is one
+    the clock wraps (a method missing here was once missing from both sides' figures)."""
+    from kvpool.vllm.manager_clock import ManagerClock
+
+    out = run_script(need(version), (
+        "import re, inspect\n"
+        "from vllm.v1.core.sched import scheduler, async_scheduler\n"
+        "names = set()\n"
+        "for m in (scheduler, async_scheduler):\n"
+        "    names |= set(re.findall(r'kv_cache_manager\\.(\\w+)\\(', inspect.getsource(m)))\n"
+        "print('called:', *sorted(names))\n"))
+    called = set(next(line for line in out.splitlines() if line.startswith("called:"))
+                 .split()[1:])
+    assert {"allocate_slots", "free"} <= called  # the scan finds the calls
+    assert called <= set(ManagerClock.METHODS), called - set(ManagerClock.METHODS)
 
 
 def run_script(python: str, script: str) -> str:

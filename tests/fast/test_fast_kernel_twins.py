@@ -195,6 +195,8 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         return a["blk"], draw(small)
     if name == "queue_order":
         return a["blk"], a["out"]
+    if name == "max_key_tokens":
+        return a["blk"], a["blk64"], draw(ids)
     if name == "release_removed_keys":
         return a["keys"], a["meta"], a["events"]
     if name == "report_removals":

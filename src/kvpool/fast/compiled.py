@@ -356,6 +356,7 @@ SIGNATURES: dict[str, tuple] = {
         (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _bool),
     ),
     "block_is_writable": (_bool, (_blk, _int)),
+    "max_key_tokens": (_int, (_blk, _i64_2d, _i64)),
     "queue_order": (_int, (_blk, _i64)),
     "release_removed_keys": (_int, (_i64_2d, _i64, _i64_2d)),
     "report_removals": (_int, (_i64_2d, _u8_2d, _i64, _i64_2d, _i64_2d)),

@@ -1819,6 +1819,23 @@ def block_is_writable(blk, b):
     return bool(blk[b, REF] == 1 and _first(blk, b) == -1)
 
 
+def max_key_tokens(blk, blk64, ids):
+    """The longest key, in hash blocks, among the blocks ``ids`` (0 when none has a key; the
+    null block never has one): a request's table read in one call, as vLLM 0.33 estimates
+    the tokens it found cached. ids int64 [m]. Returns ``-(i + 1)`` when ``ids[i]`` is not a
+    block id (nothing read at or after it)."""
+    blk, blk64, ids = _raw(blk), _raw(blk64), _raw(ids)
+    n = blk.shape[0] - 2
+    longest = 0
+    for i in range(ids.shape[0]):
+        b = ids[i]
+        if b < 0 or b >= n:
+            return -(i + 1)
+        if _first(blk, b) != -1 and blk64[b, TOKENS] > longest:
+            longest = blk64[b, TOKENS]
+    return longest
+
+
 def queue_order(blk, out):
     """Write the queued blocks front to back into out int64 [>= free count]; returns count."""
     blk, out = _raw(blk), _raw(out)

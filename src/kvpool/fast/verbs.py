@@ -24,6 +24,7 @@ import numpy as np
 
 from kvpool import batch
 from kvpool.batch.checks import write_rejection
+from kvpool.errors import InvalidBlockId
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.hash_list import LIST_TYPES as _HASH_LISTS
@@ -50,6 +51,7 @@ class _FastObserver:
 
     def __init__(self, st: FastState, hash_block_size: int) -> None:
         self.blk, self.blk64, self.hbs = st.blk, st.blk64, hash_block_size
+        self.kernels = st.kernels
 
     def ref_cnts(self, block_ids: list[int]) -> list[int]:
         if not block_ids:
@@ -60,6 +62,25 @@ class _FastObserver:
         if k._first(self.blk, block_id) == -1:
             return None
         return int(self.blk64[block_id, k.TOKENS]) * self.hbs
+
+    def max_key_tokens(self, block_ids: Sequence[int]) -> int:
+        # One kernel over the ids (a request's table, a hundred blocks): numpy's gathers
+        # cost more than the conversion and the call together.
+        if not len(block_ids):
+            return 0
+        ids = np.array(block_ids)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            if ids.dtype.kind == "O" and set(map(type, block_ids)) == {int}:  # beyond int64
+                raise self._out_of_range(max(block_ids, key=abs))
+            raise InvalidBlockId(f"block ids must be ints, got {list(block_ids)[:8]!r}")
+        longest = self.kernels.max_key_tokens(self.blk, self.blk64,
+                                              ids.astype(np.int64, copy=False))
+        if longest < 0:
+            raise self._out_of_range(block_ids[-longest - 1])
+        return longest * self.hbs
+
+    def _out_of_range(self, b: object) -> InvalidBlockId:
+        return InvalidBlockId(f"block id {b} is out of range [0, {self.blk.shape[0] - 2})")
 
     def queue_front(self, n: int) -> list[int]:
         blk, out = self.blk, []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import islice
 from typing import Any
 
@@ -20,6 +21,10 @@ class ReferenceObserver:
 
     def key_tokens(self, block_id: int) -> int | None:
         return self.blocks[block_id].block_hash_num_tokens
+
+    def max_key_tokens(self, block_ids: Sequence[int]) -> int:
+        blocks = self.blocks
+        return max((blocks[b].block_hash_num_tokens or 0 for b in block_ids), default=0)
 
     def queue_front(self, n: int) -> list[int]:
         queued = self.pool.free_block_queue.iter_blocks_after(None)

@@ -7,6 +7,7 @@ everything a pool shows, so two pools agree exactly when their abstracts are equ
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvpool.events import KVCacheEvent
@@ -26,6 +27,10 @@ class StateObserver:
 
     def key_tokens(self, block_id: int) -> int | None:
         return self.state.primary_tokens[block_id]
+
+    def max_key_tokens(self, block_ids: Sequence[int]) -> int:
+        tokens = self.state.primary_tokens
+        return max((t for b in block_ids if (t := tokens[b]) is not None), default=0)
 
     def queue_front(self, n: int) -> list[int]:
         return list(self.state.free_queue[:n])

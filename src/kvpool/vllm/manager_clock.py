@@ -36,7 +36,19 @@ class ManagerClock:
                "get_num_common_prefix_blocks", "take_events", "get_blocks", "get_block_ids",
                "make_prefix_cache_stats", "new_step_starts", "take_new_block_ids",
                "cache_blocks", "reset_prefix_cache", "evict_blocks", "remove_skipped_blocks",
-               "get_block_ids_for_computed_tokens", "create_kv_cache_blocks")
+               "get_block_ids_for_computed_tokens", "create_kv_cache_blocks",
+               # vLLM 0.33's scheduler also calls these (estimate_cached_tokens once per
+               # request, at its first output; the take_* once per step)
+               "estimate_cached_tokens", "record_prefix_cache_stats",
+               "take_kv_cache_block_copies", "take_boundary_state_offloads",
+               "finalize_partial_tail_offloads", "get_computed_blocks_for_connector",
+               "record_blocks_for_zeroing", "truncate_computed_blocks")
+    """Every method vLLM's schedulers (0.25, 0.33) call on their KV manager (a test checks
+    the list against the schedulers' source). Not timed: the ``usage`` property (read once
+    per step), and the calls 0.33 makes through the manager into its coordinator (the
+    blocks in-flight prefills still need, with a prefill reserve) and its block pool
+    (deferred frees, with a KV-consumer connector and batches in flight): a clock there
+    would also bracket vLLM's manager's own inner calls, on one side only."""
 
     def __init__(self, manager: Any, by_method: bool = False, block_size: int = 0) -> None:
         if type(block_size) is not int or block_size < 0:

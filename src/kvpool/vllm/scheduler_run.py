@@ -260,17 +260,42 @@ def model_output(scheduler: Any, output: Any, outputs: dict[str, tuple[int, ...]
                              sampled_token_ids=sampled)
 
 
-def step_record(output: Any, events: Sequence[Any]) -> dict[str, Any]:
+def _record_estimates(manager: Any) -> list[tuple[str, int]] | None:
+    """Have ``manager.estimate_cached_tokens`` (vLLM 0.33's scheduler asks it once per
+    request, for the request's prefill stats) note each answer, outside the benchmark's
+    clock; ``None`` for a manager without it (0.25)."""
+    estimate = getattr(manager, "estimate_cached_tokens", None)
+    if estimate is None:
+        return None
+    answers: list[tuple[str, int]] = []
+
+    def noted(request: Any) -> int:
+        tokens = estimate(request)
+        answers.append((request.request_id, tokens))
+        return tokens  # type: ignore[no-any-return]
+
+    manager.estimate_cached_tokens = noted
+    return answers
+
+
+def step_record(output: Any, events: Sequence[Any],
+                estimates: list[tuple[str, int]] | None = None) -> dict[str, Any]:
     """One step's decisions, as plain JSON values (what the conformance compares); a step
-    that only processed a batch in flight (``output`` None) has only its events."""
+    that only processed a batch in flight (``output`` None) has only its events (and the
+    cached-token estimates of the outputs it processed). ``estimates`` is emptied into the
+    record."""
+    record: dict[str, Any] = {}
+    if estimates is not None:
+        record["cached_token_estimates"] = sorted(estimates)
+        estimates.clear()
     if output is None:
-        return {"events": [_event_tuple(e) for e in events]}
+        return record | {"events": [_event_tuple(e) for e in events]}
     cached = output.scheduled_cached_reqs
     new_blocks: dict[str, list[list[Any]] | None] = {
         r.req_id: [list(g) for g in r.block_ids] for r in output.scheduled_new_reqs}
     for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
         new_blocks[rid] = None if ids is None else [list(g) for g in ids]
-    record = {
+    record |= {
         "scheduled": sorted(output.num_scheduled_tokens.items()),
         "new_block_ids": sorted(new_blocks.items()),
         "resumed": sorted(getattr(cached, "resumed_req_ids", ()) or ()),
@@ -347,6 +372,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
     scheduler.kv_event_publisher = recorder
     clock = ManagerClock(scheduler.kv_cache_manager, by_method,
                          setup.block_size) if timing else None
+    estimates = _record_estimates(scheduler.kv_cache_manager) if record else None
     kv_cache_utils.init_none_hash(sha256)
     # Read after install(), as vLLM's engine core does at start: with kvpool's fast backend
     # its hashers keep each prompt's digests packed (kvpool.vllm.hashes).
@@ -423,7 +449,7 @@ def run(setup: Setup, workload: Workload, *, manager: str = "vllm", backend: str
         if step == 0:
             first_step_s = spent
         if record:
-            decisions = step_record(output, recorder.events)
+            decisions = step_record(output, recorder.events, estimates)
             run_digest.update(_digest_bytes(decisions))
             if not timing:  # a timed run keeps only the digest (below)
                 records.append(decisions)
@@ -487,6 +513,9 @@ def counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     for record in records:
         for event in record["events"]:
             out[event[0]] = out.get(event[0], 0) + 1
+        if "cached_token_estimates" in record:  # vLLM 0.33
+            out["cached_token_estimates"] = out.get("cached_token_estimates", 0) + \
+                len(record["cached_token_estimates"])
         if "scheduled" not in record:  # a step that only processed a batch in flight
             continue
         out["preempted"] += len(record["preempted"])

@@ -39,6 +39,8 @@ from typing import Any
 from vllm.v1.core.kv_cache_utils import KVCacheBlock, KVCacheBlockCopy
 from vllm.v1.kv_cache_interface import AttentionSpec as VllmAttentionSpec
 from vllm.v1.kv_cache_interface import CircularBufferSpec as VllmCircularBufferSpec
+from vllm.v1.kv_cache_interface import CrossAttentionSpec as VllmCrossAttentionSpec
+from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec as VllmEncoderOnlyAttentionSpec
 from vllm.v1.metrics.stats import PrefixCacheStats
 
 from kvpool.policy.mamba import follow_vllm_033_rules
@@ -170,6 +172,14 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
                              enumerate(manager.coordinator.single_type_managers))
 
         self._block_sizes = tuple(m.block_size for m in manager.coordinator.single_type_managers)
+        # The tables estimate_cached_tokens reads (read, never copied): the prefix-cached
+        # groups', cross-attention and encoder-only groups aside (as 0.33 picks them).
+        self._estimated_tables = tuple(
+            single.req_to_blocks for single, group in
+            zip(manager.coordinator.single_type_managers, groups, strict=True)
+            if group.kv_cache_spec.prefix_cacheable
+            and not isinstance(group.kv_cache_spec, (VllmCrossAttentionSpec,
+                                                     VllmEncoderOnlyAttentionSpec)))
         follow_vllm_033_rules(manager)  # Mamba states freed as 0.33 frees them
 
     def _policy_options(self) -> dict[str, Any]:
@@ -274,19 +284,14 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
 
     def estimate_cached_tokens(self, request: Any) -> int:
         """The fewest keyed tokens any prefix-cached attention group holds for the
-        request (0.33's estimate: per group the longest keyed prefix its blocks cover)."""
+        request (0.33's estimate: per group the longest keyed prefix its blocks cover;
+        the scheduler asks once per request, at its first output)."""
+        if not self._estimated_tables:
+            return 0
+        rid = request.request_id
         observe = self.manager.block_pool.observe()
-        least: int | None = None
-        for group, ids in zip(self.kv_cache_config.kv_cache_groups,
-                              self.manager.get_block_ids(request.request_id), strict=True):
-            spec = group.kv_cache_spec
-            if not getattr(spec, "prefix_cacheable", True) or \
-                    type(spec).__name__ in ("CrossAttentionSpec", "EncoderOnlyAttentionSpec"):
-                continue
-            null = self.manager.block_pool.null_block
-            cached = max((observe.key_tokens(b) or 0 for b in ids if b != null), default=0)
-            least = cached if least is None else min(least, cached)
-        return least or 0
+        return min(observe.max_key_tokens(tables.get(rid, ()))
+                   for tables in self._estimated_tables)
 
     # -- stats and release --------------------------------------------------------------
 
