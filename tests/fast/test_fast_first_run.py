@@ -59,3 +59,29 @@ def test_a_simulate_run_binds_only_the_kernels_it_calls():
             "lookup_one"} <= used
     assert not used & {"admit_request", "run_step", "touch_one", "free_one", "h_pop",
                        "h_lookup_one", "h_touch_one", "h_free_one", "allocate_and_cache"}
+
+
+WARMED = """
+import json, os
+os.environ["KVPOOL_FAST_ONE_OP"] = "cached"  # as kvpool.vllm.install sets it for an engine
+from kvpool.fast import compiled
+from kvpool.hashing import BlockHasher
+from kvpool.workload.models import build_manager
+from kvpool.workload.serving import serve
+from kvpool.workload.simulate import HASH_SEED, _WARMUP_WORKLOAD, warm_up_manager
+warm_up_manager("fast")
+warmed = set(compiled._ENTRY_POINTS)
+trace = _WARMUP_WORKLOAD.generate()
+for events in (False, True):  # an engine's manager, events off (vLLM's default) or on
+    manager = build_manager("full", 72, 16, 4096, enable_kv_cache_events=events)
+    manager.record_no_blocks_to_zero()
+    serve(manager, trace, block_size=16, max_running=4,
+          hasher=BlockHasher("sha256", seed=HASH_SEED))
+print(json.dumps(sorted(set(compiled._ENTRY_POINTS) - warmed)))
+"""
+
+
+def test_after_the_warm_up_an_engine_binds_no_kernel_with_events_on_or_off():
+    # What install() warms up is what an engine then calls: no kernel is compiled (or loaded
+    # from the disk cache, ~0.25-5 s) inside a scheduler step, whichever way events are set.
+    assert json.loads(_python(WARMED)) == []

@@ -168,18 +168,21 @@ def frozen_heap() -> Iterator[None]:
 
 def warm_up_manager(backend: str, *, model: str = "full", block_size: int = 16,
                     hash_algorithm: str = "sha256") -> float:
-    """Replay a tiny trace through a small manager of ``backend`` once; the seconds it took
-    (a JIT backend compiles every kernel the replay uses, hits and evictions included)."""
+    """Replay a tiny trace through a small manager of ``backend``, with KV cache events on
+    and off (evictions take a different kernel each way); the seconds it took (a JIT backend
+    compiles every kernel the replays use, hits and evictions included)."""
     began = time.perf_counter()
     trace = _WARMUP_WORKLOAD.generate()
     longest = max(len(r.prompt) + r.output_len for r in trace) + block_size
-    manager = build_manager(model, _WARMUP_BLOCKS, block_size, longest, backend=backend)
-    manager.record_no_blocks_to_zero()
-    serve(manager, trace, block_size=block_size, max_running=4,
-          hasher=BlockHasher(hash_algorithm, seed=HASH_SEED))
-    # What an engine also reads: the longest key among a table's blocks (vLLM 0.33
-    # estimates each request's cached tokens so).
-    manager.block_pool.observe().max_key_tokens([1])
+    for events in (True, False):
+        manager = build_manager(model, _WARMUP_BLOCKS, block_size, longest, backend=backend,
+                                enable_kv_cache_events=events)
+        manager.record_no_blocks_to_zero()
+        serve(manager, trace, block_size=block_size, max_running=4,
+              hasher=BlockHasher(hash_algorithm, seed=HASH_SEED))
+        # What an engine also reads: the longest key among a table's blocks (vLLM 0.33
+        # estimates each request's cached tokens so).
+        manager.block_pool.observe().max_key_tokens([1])
     return time.perf_counter() - began
 
 
