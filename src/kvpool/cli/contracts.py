@@ -16,7 +16,7 @@ import json
 DEFAULT_CPU_S = 10.0
 """CPU seconds of search per operation contract (the CI run)."""
 
-DEFAULT_PRECONDITION_CPU_S = 4.0
+DEFAULT_PRECONDITION_CPU_S = 8.0
 """CPU seconds per precondition contract: they are small (one precondition, its §12 rows)."""
 
 

@@ -38,8 +38,9 @@ PACKAGE = SPEC.parent
 CI_OPERATION_BUDGET_S = 10.0
 """CPU seconds per operation contract in CI (``--per-condition 10``)."""
 
-CI_PRECONDITION_BUDGET_S = 4.0
-"""CPU seconds per precondition contract in CI (``--per-precondition 4``)."""
+CI_PRECONDITION_BUDGET_S = 8.0
+"""CPU seconds per precondition contract in CI (``--per-precondition 8``; 4 until session
+18, when a slower machine built 89-109 paths in 4 s and the repeated-id plant needs 117)."""
 
 
 @dataclass(frozen=True)
