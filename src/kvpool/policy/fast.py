@@ -48,6 +48,7 @@ from kvpool.backends import backend_name
 from kvpool.hash_list import BlockHashList
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager, processed_tokens, tokens_in_flight
+from kvpool.policy.manager import SingleTypeKVCacheManager
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -102,6 +103,12 @@ def fast_policy_refusal(*args: Any, **kwargs: Any) -> str | None:
     """Why no fast policy serves these arguments, or ``None`` when one does."""
     served = fast_policy_class(*args, **kwargs)
     return served if isinstance(served, str) else None
+
+
+def _never_skips(manager: Any) -> bool:
+    """Whether ``manager`` keeps every token in attention: its class keeps the base rule
+    (no skipped tokens, ever; full attention and MLA)."""
+    return type(manager).get_num_skipped_tokens is SingleTypeKVCacheManager.get_num_skipped_tokens
 
 
 class _FastPolicy(KVCacheManager):
@@ -457,9 +464,11 @@ class FastHybridKVCacheManager(_FastPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         managers = self._managers = self.coordinator.single_type_managers
-        #: Per group: its tables, keyed counts, block size and window rule.
+        #: Per group: its tables, keyed counts, block size and window rule (``None`` for a
+        #: group that never skips a token: no call, no table read, in every idle step).
         self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
-                         m.get_num_skipped_tokens, m.null_block) for m in managers]
+                         None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block)
+                        for m in managers]
         self._frees = self.coordinator.frees_skipped_blocks
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
         self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
@@ -587,10 +596,11 @@ class FastHybridKVCacheManager(_FastPolicy):
             table = tables.get(rid)
             if table is None or -(-need // bs) > len(table):
                 return False
-            skipped = skipped_tokens(total) // bs
-            if skipped > 0 and table[(skipped if skipped < len(table) else len(table)) - 1] \
-                    != null:
-                return False
+            if skipped_tokens is not None:
+                skipped = skipped_tokens(total) // bs
+                if skipped > 0 and table[(skipped if skipped < len(table) else len(table)) - 1] \
+                        != null:
+                    return False
             if caching and cached_tokens // bs > num_cached.get(rid, 0):
                 return False
         return True
