@@ -45,13 +45,21 @@ def test_max_key_tokens_is_the_longest_key_among_the_blocks(backend) -> None:
     assert o.max_key_tokens(blocks) == max(o.key_tokens(b) or 0 for b in blocks)
 
 
-def test_the_fast_observer_refuses_an_id_outside_the_pool() -> None:
+@pytest.mark.parametrize("backend", ["spec", "reference", "fast"])
+def test_max_key_tokens_refuses_what_is_not_an_id_of_the_pool(backend) -> None:
     from kvpool.errors import InvalidBlockId
 
-    pool = make_pool(8, backend="fast")
-    for bad in ([8], [1, -1], [2**40], [2**70]):
+    pool = make_pool(8, backend=backend)
+    blocks = pool.get_new_blocks(2)
+    r = Request("r", list(range(16)))
+    r.block_hashes.append(b"h0")
+    pool.cache_full_blocks(r, blocks, 0, 1, 16, 0)
+    before = pool.abstract()
+    for bad in ([8], [1, -1], [2**40], [2**70], [blocks[0], 2**64 - 1]):
         with pytest.raises(InvalidBlockId, match="out of range"):
             pool.observe().max_key_tokens(bad)
-    for bad in ([2.5], ["3"], [1, 2.0]):
-        with pytest.raises(InvalidBlockId, match="must be ints"):
+    for bad in ([2.5], ["3"], [1, 2.0], [True], [[1]]):
+        with pytest.raises(InvalidBlockId, match="must be an int"):
             pool.observe().max_key_tokens(bad)
+    assert pool.abstract() == before  # a read: nothing moved
+    assert pool.observe().max_key_tokens(blocks) == 16

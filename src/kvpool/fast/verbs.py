@@ -24,13 +24,13 @@ import numpy as np
 
 from kvpool import batch
 from kvpool.batch.checks import write_rejection
-from kvpool.errors import InvalidBlockId
 from kvpool.fast import kernels as k
 from kvpool.fast.convert import hash_buffer, uniform_lens
 from kvpool.hash_list import LIST_TYPES as _HASH_LISTS
 from kvpool.hash_list import BlockHashList
 from kvpool.keys import MAX_GROUP_ID
 from kvpool.shell import as_group_ids, as_mask, candidate_table, request_block_hashes
+from kvpool.shell.arguments import as_pool_block_ids
 from kvpool.spec.records import RemovedRecord
 
 if TYPE_CHECKING:
@@ -65,22 +65,20 @@ class _FastObserver:
 
     def max_key_tokens(self, block_ids: Sequence[int]) -> int:
         # One kernel over the ids (a request's table, a hundred blocks): numpy's gathers
-        # cost more than the conversion and the call together.
+        # cost more than the conversion and the call together. Anything but an int array
+        # of this pool's ids takes the checked conversion, which names what is wrong.
         if not len(block_ids):
             return 0
+        n = self.blk.shape[0] - 2
         ids = np.array(block_ids)
         if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            if ids.dtype.kind == "O" and set(map(type, block_ids)) == {int}:  # beyond int64
-                raise self._out_of_range(max(block_ids, key=abs))
-            raise InvalidBlockId(f"block ids must be ints, got {list(block_ids)[:8]!r}")
+            ids = np.array(as_pool_block_ids(block_ids, n), np.int64)
         longest = self.kernels.max_key_tokens(self.blk, self.blk64,
                                               ids.astype(np.int64, copy=False))
-        if longest < 0:
-            raise self._out_of_range(block_ids[-longest - 1])
+        if longest < 0:  # an id outside the pool (raised here), or a uint64 wrapped
+            ids = np.array(as_pool_block_ids(block_ids, n), np.int64)
+            longest = self.kernels.max_key_tokens(self.blk, self.blk64, ids)
         return longest * self.hbs
-
-    def _out_of_range(self, b: object) -> InvalidBlockId:
-        return InvalidBlockId(f"block id {b} is out of range [0, {self.blk.shape[0] - 2})")
 
     def queue_front(self, n: int) -> list[int]:
         blk, out = self.blk, []

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from itertools import islice
 from typing import Any
 
+from kvpool.shell.arguments import as_pool_block_ids
+
 
 class ReferenceObserver:
     """O(1) per fact: ref counts and key lengths live on the block objects."""
@@ -24,7 +26,8 @@ class ReferenceObserver:
 
     def max_key_tokens(self, block_ids: Sequence[int]) -> int:
         blocks = self.blocks
-        return max((blocks[b].block_hash_num_tokens or 0 for b in block_ids), default=0)
+        ids = as_pool_block_ids(block_ids, len(blocks))
+        return max((blocks[b].block_hash_num_tokens or 0 for b in ids), default=0)
 
     def queue_front(self, n: int) -> list[int]:
         queued = self.pool.free_block_queue.iter_blocks_after(None)

@@ -71,6 +71,16 @@ def as_block_ids(blocks: Iterable[object]) -> tuple[int, ...]:
     return tuple(as_block_id(b) for b in blocks)
 
 
+def as_pool_block_ids(blocks: Iterable[object], num_blocks: int) -> tuple[int, ...]:
+    """:func:`as_block_ids`, each also an id of a pool of ``num_blocks`` blocks (the reads of
+    :class:`kvpool.protocol.BlockObserver` that take a batch)."""
+    ids = as_block_ids(blocks)
+    for b in ids:
+        if not 0 <= b < num_blocks:
+            raise InvalidBlockId(f"block id {b} is out of range [0, {num_blocks})")
+    return ids
+
+
 def check_id_array(blocks: np.ndarray) -> None:
     """Raise :class:`InvalidBlockId` unless ``blocks`` is a 1-D integer array."""
     if blocks.ndim != 1 or blocks.dtype.kind not in "iu":

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvpool.events import KVCacheEvent
+from kvpool.shell.arguments import as_pool_block_ids
 from kvpool.spec.state import PoolState
 
 
@@ -30,7 +31,8 @@ class StateObserver:
 
     def max_key_tokens(self, block_ids: Sequence[int]) -> int:
         tokens = self.state.primary_tokens
-        return max((t for b in block_ids if (t := tokens[b]) is not None), default=0)
+        ids = as_pool_block_ids(block_ids, self.state.num_blocks)
+        return max((t for b in ids if (t := tokens[b]) is not None), default=0)
 
     def queue_front(self, n: int) -> list[int]:
         return list(self.state.free_queue[:n])
