@@ -23,7 +23,10 @@ FULL = FullAttentionSpec(block_size=16)
 
 
 def snapshot(m, *rids):
-    return m.block_pool.abstract(), [m.get_block_ids(r) for r in rids], dict(m._live)
+    # The record both policies keep per live request (a fast policy keeps bounds after it,
+    # its own cache: tests/policy/test_fast_policy_queries.py checks them).
+    return (m.block_pool.abstract(), [m.get_block_ids(r) for r in rids],
+            {rid: seen[:2] for rid, seen in m._live.items()})
 
 
 def test_allocate_slots_returns_only_the_new_blocks_per_group() -> None:

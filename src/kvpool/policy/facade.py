@@ -150,8 +150,9 @@ class KVCacheManager:
         self.hit_block_ids: Callable[[Any], tuple[Sequence[int], ...] | None] = \
             _kvpool_hit_ids
         # Requests holding an allocation, with the (num_tokens, num_computed_tokens) of
-        # their last successful allocate_slots: the shrink check reads them.
-        self._live: dict[str, tuple[int, int]] = {}
+        # their last successful allocate_slots: the shrink check reads them (a fast policy
+        # keeps more after those two: _note_allocation).
+        self._live: dict[str, tuple[int, ...]] = {}
         # Copy endpoints handed out by take_kv_cache_block_copies and not yet released,
         # with multiplicity (two copies may share a source).
         self._retained: Counter[int] = Counter()
@@ -300,11 +301,16 @@ class KVCacheManager:
                                                      num_external_computed_tokens,
                                                      skip_zeroing_group_ids)
         new = coordinator.allocate_new_blocks(rid, need_slots, main, num_encoder_tokens)
-        self._live[rid] = (request.num_tokens, request.num_computed_tokens)
+        self._note_allocation(request)
         if self.enable_caching and not delay_cache_blocks:
             # Unverified draft tokens are never cached: cap at the request's tokens.
             coordinator.cache_blocks(request, min(total + num_new_tokens, request.num_tokens))
         return self._blocks(new)
+
+    def _note_allocation(self, request: Any) -> None:
+        """Record a successful allocation of ``request`` (its counts, for the shrink check).
+        A fast policy records more here: what its next step may skip."""
+        self._live[request.request_id] = (request.num_tokens, request.num_computed_tokens)
 
     def _check_group_ids(self, name: str, ids: object) -> None:
         n = self.num_kv_cache_groups

@@ -67,6 +67,7 @@ _INT = {int}
 _BYTES = {bytes}
 _ZERO = 0  # the default of the scheduler's count arguments, tested by identity
 _NO_GROUPS: tuple[int, ...] = ()  # (one object: the empty tuple is a singleton)
+_NEVER = 2**63  # a token count no request reaches
 _SIGNATURE = inspect.signature(KVCacheManager.__init__)
 
 
@@ -216,6 +217,18 @@ class FastKVCacheManager(_FastPolicy):
                 has_scheduled_reqs, skip_zeroing_group_ids)
         computed = request.num_computed_tokens
         num_tokens = request.num_tokens
+        main = computed + num_new_tokens
+        # Most decode steps: the new and lookahead tokens fit the blocks held and no block
+        # fills. seen[2] and seen[3] (_note_allocation) say up to where, as of the last
+        # allocation; tables and keyed counts only grow while a request holds blocks, so a
+        # bound read late is only too low, and then the step below decides.
+        if (computed.__class__ is int and seen[1] <= computed and seen[0] <= num_tokens
+                and 0 < num_new_tokens and 0 <= num_lookahead_tokens
+                and main + num_lookahead_tokens <= seen[2]
+                and ((main if main < num_tokens else num_tokens) < seen[3]
+                     or delay_cache_blocks)):
+            self._live[rid] = (num_tokens, computed, seen[2], seen[3])
+            return self.empty_kv_cache_blocks
         if (computed.__class__ is not int or computed < seen[1] or num_tokens < seen[0]
                 or num_new_tokens <= 0 or num_lookahead_tokens < 0):
             return self._generic_allocate_slots(  # refused there, with its message
@@ -225,52 +238,53 @@ class FastKVCacheManager(_FastPolicy):
                 has_scheduled_reqs, skip_zeroing_group_ids)
         bs = self._block_size
         table = self._tables[rid]
-        main = computed + num_new_tokens
-        if (main + num_lookahead_tokens <= len(table) * bs and computed <= self.max_model_len
-                and not self.watermark_blocks):
-            # Most decode steps: the last block has room for the new and lookahead tokens
-            # and no watermark applies (below max_len, main is uncapped). What the general
-            # path decides for them, in a handful of reads; a step that fills no block
-            # either changes nothing.
-            if ((main if main < num_tokens else num_tokens)
-                    < (self._num_cached.get(rid, 0) + 1) * bs
-                    or delay_cache_blocks or not self.enable_caching):
-                self._live[rid] = (num_tokens, computed)
-                return self.empty_kv_cache_blocks
-            new: list[int] = []
-        else:
-            max_len = self.max_model_len
-            main = (computed if computed < max_len else max_len) + num_new_tokens
-            need = main + num_lookahead_tokens
-            if need > max_len:
-                need = max_len
-            num_new = -(-need // bs) - len(table)
-            watermark = self.watermark_blocks
-            if watermark and not (has_scheduled_reqs
-                                  and request.status in self.watermark_statuses):
-                watermark = 0
-            free = self.block_pool.get_num_free_blocks()
-            if num_new <= 0:
-                num_new = 0
-                if watermark and watermark > free:
-                    return None
-            elif num_new + watermark > free:
+        max_len = self.max_model_len
+        main = (computed if computed < max_len else max_len) + num_new_tokens
+        need = main + num_lookahead_tokens
+        if need > max_len:
+            need = max_len
+        num_new = -(-need // bs) - len(table)
+        watermark = self.watermark_blocks
+        if watermark and not (has_scheduled_reqs
+                              and request.status in self.watermark_statuses):
+            watermark = 0
+        free = self.block_pool.get_num_free_blocks()
+        if num_new <= 0:
+            num_new = 0
+            if watermark and watermark > free:
                 return None
-            new = []
-            if num_new:  # the step's token starts a block (every block_size-th step)
-                new = self.block_pool.get_new_blocks(num_new)
-                table.extend(new)
-                self._note_new_blocks(new)
-        self._live[rid] = (num_tokens, computed)
+        elif num_new + watermark > free:
+            return None
+        new: list[int] = []
+        if num_new:  # the step's token starts a block (every block_size-th step)
+            new = self.block_pool.get_new_blocks(num_new)
+            table.extend(new)
+            self._note_new_blocks(new)
+        self._note_allocation(request)  # before the write, as the generic policy records it
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
             if num_full > num_cached:  # the step fills a block: key it
                 self.block_pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
                 self._num_cached[rid] = num_full
+                self._note_allocation(request)  # the bound of the next unkeyed block
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))
+
+    def _note_allocation(self, request: Any) -> None:
+        """The generic record (``num_tokens``, ``num_computed_tokens``), then the two bounds
+        of a step that needs nothing: the tokens the held blocks take (``0`` under a
+        watermark, whose check every step must make) and the token count that fills the
+        next unkeyed block (never, without a prefix cache). Past ``max_model_len`` the
+        generic step caps its counts, which only lowers them: a step under both bounds
+        needs nothing there either."""
+        rid = request.request_id
+        bs = self._block_size
+        room = 0 if self.watermark_blocks else len(self._tables.get(rid, ())) * bs
+        key_at = (self._num_cached.get(rid, 0) + 1) * bs if self.enable_caching \
+            else _NEVER
+        self._live[rid] = (request.num_tokens, request.num_computed_tokens, room, key_at)
 
     def _allocate(
         self,
@@ -369,12 +383,12 @@ class FastKVCacheManager(_FastPolicy):
         if num_new:
             new = pool.get_new_blocks(num_new)
             table.extend(new)
+            self._note_new_blocks(new)
+        self._note_allocation(request)  # before the write, as the generic policy records it
         if num_full > num_cached:
             pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
             self._num_cached[rid] = num_full
-        if new:
-            self._note_new_blocks(new)
-        self._live[rid] = (num_tokens, computed)
+            self._note_allocation(request)  # the bound of the next unkeyed block
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))

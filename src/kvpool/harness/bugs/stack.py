@@ -349,6 +349,29 @@ def _fast_step_ignores_watermark(m: Any) -> None:
     m.watermark_statuses = ()
 
 
+def _shifted_idle_bounds(m: Any, room_blocks: int, key_blocks: int) -> None:
+    # The bounds the idle step reads (FastKVCacheManager._note_allocation), recorded too
+    # high by whole blocks.
+    note = m._note_allocation
+
+    def broken(request: Any) -> None:
+        note(request)
+        rid = request.request_id
+        num_tokens, computed, room, key_at = m._live[rid]
+        m._live[rid] = (num_tokens, computed, room + room_blocks * m._block_size,
+                        key_at + key_blocks * m._block_size)
+
+    m._note_allocation = broken
+
+
+def _fast_idle_room_one_block_more(m: Any) -> None:
+    _shifted_idle_bounds(m, 1, 0)
+
+
+def _fast_idle_key_bound_one_block_late(m: Any) -> None:
+    _shifted_idle_bounds(m, 0, 1)
+
+
 def _fast_step_caches_drafts(m: Any) -> None:
     original = m.allocate_slots
 
@@ -461,6 +484,13 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("fast-step-caches-drafts", "full-eagle",
                      "fast policy: blocks filled by unverified drafts are keyed",
                      _fast_step_caches_drafts, policy="fast"),
+    PlantedPolicyBug("fast-idle-room-one-block-more", "full",
+                     "fast policy: the idle step's room bound counts a block it does not "
+                     "hold", _fast_idle_room_one_block_more, policy="fast"),
+    PlantedPolicyBug("fast-idle-key-bound-one-block-late", "full",
+                     "fast policy: the idle step's key bound is a block late, so a step "
+                     "that fills a block keys nothing", _fast_idle_key_bound_one_block_late,
+                     policy="fast"),
     PlantedPolicyBug("fast-idle-step-ignores-the-window", "full+swa",
                      "hybrid fast policy: a step whose window passes a block is called idle",
                      _fast_idle_step_ignores_the_window, policy="fast"),
