@@ -24,10 +24,12 @@ N = 10
 ARRAYS = ("blk", "blk64", "ent", "keys", "key_bytes", "table", "meta", "events", "out")
 
 
-def built_state(data) -> FastState:
-    """A plain-kernel pool state after a random, mostly valid, program."""
-    pool = fast_pool(N, jit=False, hash_block_size=4,
-                     enable_kv_cache_events=data.draw(st.booleans(), label="events"))
+def built_state(data, events: bool | None = None) -> FastState:
+    """A plain-kernel pool state after a random, mostly valid, program (with or without
+    events: drawn unless given)."""
+    if events is None:
+        events = data.draw(st.booleans(), label="events")
+    pool = fast_pool(N, jit=False, hash_block_size=4, enable_kv_cache_events=events)
     request = request_with_hashes(6, hbs=4)
     request.block_hashes[:] = [block_hash(f"k{data.draw(st.integers(0, 3))}") for _ in range(6)]
     for _ in range(data.draw(st.integers(0, 12), label="setup steps")):
@@ -139,6 +141,9 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     if name == "cache_one":
         return (*index, draw(small), draw(one_hash), draw(st.integers(-1, 3)),
                 draw(st.sampled_from([0, 1, -1, 2**32])), events_on)
+    if name == "take_and_key":
+        return (*index, a["out"], draw(st.integers(0, 4)), draw(small), draw(one_hash),
+                draw(st.integers(-1, 3)), draw(st.sampled_from([0, 1, -1, 2**32])))
     if name == "free_blocks":
         return a["blk"], a["meta"], draw(st.booleans()), draw(st.booleans()), draw(ids)
     if name == "free_one":
@@ -286,6 +291,40 @@ def test_cache_one_is_the_batch_write_of_one_block(data, jit):
     assert got == expected
     for name in ARRAYS:
         assert np.array_equal(one[name], batch[name]), name
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), jit=st.booleans())
+def test_take_and_key_is_the_quiet_pop_then_the_one_block_write(data, jit):
+    """``take_and_key`` does what ``get_new_blocks_quiet`` then ``cache_one`` do, on the same
+    state and arguments (a prefix-caching pool without events), or refuses, leaving every
+    array exactly as it found it; it refuses whenever either of the two would, and more
+    (a block it must not key: the null block, one it would have just popped)."""
+    state = built_state(data, events=False)
+    fused, split, before = copies(state), copies(state), copies(state)
+    keyed = [b for b in range(1, N) if kernels._first(state.blk, b) != -1]
+    held = [b for b in range(1, N) if state.blk[b, kernels.REF] > 0]
+    # Mostly arguments a step passes (a held block, counts in range), sometimes not.
+    b = data.draw(st.one_of(small, *(st.sampled_from(x) for x in (keyed, held, held) if x)))
+    n = data.draw(st.sampled_from([1, 1, 2, 3, 4, 0]))
+    key = data.draw(one_hash)
+    position = data.draw(st.sampled_from([0, 1, 2, 3, 0, 1, 2, 3, -1]))
+    group = data.draw(st.sampled_from([0, 0, 1, 1, -1, 2**32]))
+    ks = kernel_set(jit)
+
+    got = ks.take_and_key(*index_arrays(fused), fused["out"], n, b, key, position, group)
+    if got < 0:
+        for name in ARRAYS:
+            assert np.array_equal(fused[name], before[name]), name
+        return
+    popped = ks.get_new_blocks_quiet(split["blk"], split["blk64"], split["ent"], split["keys"],
+                                     split["table"], split["meta"], split["out"], True, n)
+    assert popped == got > 0
+    assert b not in split["out"][:n]
+    assert ks.cache_one(*index_arrays(split), b, key, position, group, False) == kernels.OK
+    for name in ARRAYS:
+        assert np.array_equal(fused[name], split[name]), name
+    assert np.array_equal(fused["out"][:n], split["out"][:n])
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="needs compiled code (no bounds checks)")

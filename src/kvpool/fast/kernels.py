@@ -1306,6 +1306,48 @@ def cache_one(blk, blk64, ent, keys, key_bytes, table, meta, events, b, block_ha
     return OK
 
 
+def take_and_key(blk, blk64, ent, keys, key_bytes, table, meta, events, out, n, b,
+                 block_hash, position, group):
+    """A running request's step across a block boundary, on a prefix-caching pool without
+    events and without pending watchers: :func:`get_new_blocks_quiet` of ``n`` (>= 1)
+    blocks, then :func:`cache_one` of its filled block ``b`` (at table position
+    ``position``, hashed ``block_hash``, a block it held before: never one popped here).
+    Both are checked before either runs; the pop cannot change what the write checks (it
+    takes only free blocks, ``b`` is held, and an eviction only frees index rows).
+
+    Returns the first id popped (the ids land in ``out``), or ``-code`` with nothing
+    changed: ERR_ARGUMENT, ERR_NO_FREE, ERR_CAPACITY, NEED_FULL (a watcher is pending, or
+    ``b`` has a key: a promotion), ERR_BLOCK_ID, ERR_FREE_BLOCK, ERR_KEYED. The caller then
+    runs the two verbs, which say why. ``events`` is never read (no events).
+    """
+    (blk, blk64, ent, keys, key_bytes, table, meta, out) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
+        _raw(meta), _raw(out))
+    if n < 1:
+        return -ERR_ARGUMENT
+    refused = _lean_pop_refusal(meta, out, n)
+    if refused:
+        return refused
+    if b <= 0 or b >= blk.shape[0] - 2:
+        return -ERR_BLOCK_ID
+    if position < 0 or group < 0 or group > 0xFFFFFFFF:
+        return -ERR_ARGUMENT
+    code = _candidate_refusal(blk, blk64, b, position, 1)
+    if code != OK:
+        return -code
+    if _first(blk, b) != -1:
+        return -NEED_FULL
+    length = len(block_hash)
+    if not _room_for(ent, keys, key_bytes, table, meta, blk64, 1, length, False):
+        return -ERR_CAPACITY
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    _pop_front(blk, blk64, ent, keys, table, meta, blk64, out, out, n, True, False)
+    _key_unkeyed_block(blk, blk64, ent, keys, key_bytes, table, meta, b, block_hash, 0,
+                       length, group, position + 1)
+    return int(out[0])
+
+
 def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, out, cand,
                        num_old, first_new, mask, buf, lens, n, num_cached, ratio, group,
                        use_mask, events_on, dry_run):

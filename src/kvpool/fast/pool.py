@@ -262,6 +262,35 @@ class FastBlockPool(FastBatchVerbs, FastCore):
         return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                          block_size, kv_cache_group_id, block_mask)
 
+    def take_and_key(self, request: Any, blocks: list[int], num_blocks: int, position: int,
+                     block_size: int, kv_cache_group_id: int) -> list[int] | None:
+        """``new = get_new_blocks(num_blocks)``, then ``cache_full_blocks(request, blocks +
+        new, position, position + 1, block_size, kv_cache_group_id)`` for a block of
+        ``blocks``, in one kernel call (:func:`~kvpool.fast.kernels.take_and_key`): a running
+        request's step that crosses a block boundary. Returns ``new``, or ``None`` with
+        nothing changed when it does not run so: the pool reports events, has a metrics
+        collector or a pending watcher, or an argument is not the plain case (the block
+        already has a key, a hash that is not ``bytes``, a count out of range, ...); the
+        caller then runs the two verbs, which do it or say why. O(num_blocks)."""
+        if (self._delivering or not self._st._quiet_first or self.metrics_collector is not None
+                or num_blocks.__class__ is not int or position.__class__ is not int
+                or blocks.__class__ is not list or kv_cache_group_id.__class__ is not int
+                or block_size != self.hash_block_size or block_size.__class__ is not int
+                or not 0 < num_blocks <= self.num_gpu_blocks or not 0 <= position < len(blocks)
+                or not 0 <= kv_cache_group_id <= MAX_GROUP_ID):
+            return None
+        hashes: Any = getattr(request, "block_hashes", None)
+        if type(hashes) not in _HASH_LISTS or position >= len(hashes):
+            return None
+        b, h = blocks[position], hashes[position]
+        if b.__class__ is not int or h.__class__ is not bytes or not 0 < b < 2**63:
+            return None
+        first = (self._st._take_and_key or self._st.take_and_key_kernel())(
+            num_blocks, b, h, position, kv_cache_group_id)
+        if first < 0:
+            return None
+        return [first] if num_blocks == 1 else self._out[:num_blocks].tolist()
+
     def _event_before(self, request: Any, hashes: Any, num_cached: int, num_full: int,
                       block_size: int, group: int) -> tuple[Any, int]:
         """A cache write's ``BlockStored`` and the sequence number it carries, built before

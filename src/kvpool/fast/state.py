@@ -97,6 +97,7 @@ class FastState:
         self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
         self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
         self._cache_one: Callable[..., int] | None = None  # cache_one_kernel(), likewise
+        self._take_and_key: Callable[..., int] | None = None  # take_and_key_kernel(), too
         self.no_ids = np.empty(0, np.int64)
         # (group, hash bits, seq) per removal reported (report_removals): one per record
         self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
@@ -123,7 +124,8 @@ class FastState:
     seconds, is not cached on disk: a process that never calls one never pays for it)."""
     _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS,
                 "kernels", "pop_unkeyed", "pop_unkeyed_into", "free", "check_free", "touch",
-                "pop_quiet", "pop_reported", "_cache_full", "_cache_one", "_batch")
+                "pop_quiet", "pop_reported", "_cache_full", "_cache_one", "_take_and_key",
+                "_batch")
     """Attributes a copy rebuilds instead of copying: the jitclass, the kernel set and every
     verb bound to compiled entry points (none of them can be pickled)."""
 
@@ -221,6 +223,7 @@ class FastState:
         """Forget the index arrays' tuple and every kernel bound over it (an array moved, or
         this is a copy): each is bound again on its next use."""
         self._idx = self._batch = self._cache_full = self._cache_one = None
+        self._take_and_key = None
 
     def _bind_pop_quiet(self, n: int) -> int:
         ks = self.kernels
@@ -389,6 +392,16 @@ class FastState:
         fn = self._cache_one
         if fn is None:
             fn = self._cache_one = partial(self.kernels.cache_one, *self._index())
+        return fn
+
+    def take_and_key_kernel(self) -> Callable[..., int]:
+        """``take_and_key(n, b, hash, position, group)`` with the index arrays and ``out``
+        bound (rebound when an array grows): a step that takes blocks and keys the one it
+        filled, on a quiet pool. It refuses (nothing changed) where the two verbs must run."""
+        fn = self._take_and_key
+        if fn is None:
+            fn = self._take_and_key = partial(self.kernels.take_and_key, *self._index(),
+                                              self.out)
         return fn
 
     def _batch_kernels(self) -> tuple[Any, Any, Any]:

@@ -255,19 +255,31 @@ class FastKVCacheManager(_FastPolicy):
                 return None
         elif num_new + watermark > free:
             return None
-        new: list[int] = []
-        if num_new:  # the step's token starts a block (every block_size-th step)
-            new = self.block_pool.get_new_blocks(num_new)
-            table.extend(new)
-            self._note_new_blocks(new)
-        self._note_allocation(request)  # before the write, as the generic policy records it
+        num_full = num_cached = 0
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
-            if num_full > num_cached:  # the step fills a block: key it
-                self.block_pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
-                self._num_cached[rid] = num_full
-                self._note_allocation(request)  # the bound of the next unkeyed block
+        pool = self.block_pool
+        if (num_new and num_full == num_cached + 1 and num_cached < len(table)
+                and (taken := pool.take_and_key(request, table, num_new, num_cached, bs, 0))
+                is not None):
+            # The usual block boundary: the block that filled is keyed in the call that
+            # takes the next one (a pool that declines changed nothing: the verbs below).
+            table.extend(taken)
+            self._note_new_blocks(taken)
+            self._num_cached[rid] = num_full
+            self._note_allocation(request)
+            return self.make_blocks((taken,))
+        new: list[int] = []
+        if num_new:  # the step's token starts a block (every block_size-th step)
+            new = pool.get_new_blocks(num_new)
+            table.extend(new)
+            self._note_new_blocks(new)
+        self._note_allocation(request)  # before the write, as the generic policy records it
+        if num_full > num_cached:  # the step fills a block: key it
+            pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
+            self._num_cached[rid] = num_full
+            self._note_allocation(request)  # the bound of the next unkeyed block
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))

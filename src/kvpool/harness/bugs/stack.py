@@ -372,6 +372,22 @@ def _fast_idle_key_bound_one_block_late(m: Any) -> None:
     _shifted_idle_bounds(m, 0, 1)
 
 
+def _fast_fused_step_skips_the_key(m: Any) -> None:
+    # The step across a block boundary takes its block but never keys the one that filled
+    # (the policy still counts it keyed).
+    class KeyLess:
+        def __init__(self, pool: Any) -> None:
+            self.pool = pool
+
+        def take_and_key(self, request: Any, blocks: Any, num_blocks: int, *rest: Any) -> Any:
+            return self.pool.get_new_blocks(num_blocks)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.pool, name)
+
+    m.block_pool = KeyLess(m.block_pool)
+
+
 def _fast_step_caches_drafts(m: Any) -> None:
     original = m.allocate_slots
 
@@ -491,6 +507,9 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      "fast policy: the idle step's key bound is a block late, so a step "
                      "that fills a block keys nothing", _fast_idle_key_bound_one_block_late,
                      policy="fast"),
+    PlantedPolicyBug("fast-fused-step-skips-the-key", "full-quiet",
+                     "fast policy: the step that takes a block leaves the filled one unkeyed",
+                     _fast_fused_step_skips_the_key, policy="fast"),
     PlantedPolicyBug("fast-idle-step-ignores-the-window", "full+swa",
                      "hybrid fast policy: a step whose window passes a block is called idle",
                      _fast_idle_step_ignores_the_window, policy="fast"),

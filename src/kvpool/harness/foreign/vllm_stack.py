@@ -102,7 +102,7 @@ class VllmFacade:
             scheduler_block_size=config.scheduler_block_size,
             hash_block_size=config.hash_block_size,
             enable_caching=config.enable_caching, use_eagle=config.use_eagle,
-            enable_kv_cache_events=config.enable_caching, watermark=config.watermark,
+            enable_kv_cache_events=config.enable_kv_cache_events, watermark=config.watermark,
             **{budget: config.max_num_batched_tokens})
         partial = getattr(self.manager.coordinator, "enable_partial_hash_hits", False)
         if partial != config.allow_partial_hash_hits:

@@ -37,6 +37,9 @@ class StackConfiguration:
     use_eagle: bool = False
     num_lookahead_tokens: int = 0
     watermark: float = 0.0
+    #: KV cache events: on wherever the prefix cache is, unless set (vLLM's engines run
+    #: with them off by default: the fast pool then evicts without reporting).
+    kv_events: bool | None = None
     #: vLLM 0.33's partial hits and copy-on-write (§10.4); the machine then runs the
     #: copy hand-over each step and ends some prefill chunks at the prompt's last hash
     #: boundary (where a Mamba state is checkpointed inside a block).
@@ -54,6 +57,10 @@ class StackConfiguration:
             follow_vllm_033_rules(manager)
         return manager
 
+    @property
+    def enable_kv_cache_events(self) -> bool:
+        return self.enable_caching if self.kv_events is None else self.kv_events
+
     def kv_cache_config(self) -> KVCacheConfig:
         return KVCacheConfig(self.num_blocks, self.groups)
 
@@ -65,7 +72,7 @@ class StackConfiguration:
             hash_block_size=self.hash_block_size,
             max_num_batched_tokens=self.max_num_batched_tokens,
             enable_caching=self.enable_caching, use_eagle=self.use_eagle,
-            enable_kv_cache_events=self.enable_caching, watermark=self.watermark,
+            enable_kv_cache_events=self.enable_kv_cache_events, watermark=self.watermark,
             **({"allow_partial_hash_hits": True} if self.allow_partial_hash_hits else {}),
         )
 
@@ -78,6 +85,9 @@ FULL = FullAttentionSpec(block_size=16)
 
 CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
     StackConfiguration("full", (_g(FULL),)),
+    # vLLM's defaults: a prefix cache, no events (quiet evictions; the fast policy keys a
+    # filled block in the call that takes the next one).
+    StackConfiguration("full-quiet", (_g(FULL),), kv_events=False),
     StackConfiguration("full-eagle", (_g(FULL),), use_eagle=True, num_lookahead_tokens=2),
     StackConfiguration("full-watermark", (_g(FULL),), num_blocks=40, watermark=0.1),
     StackConfiguration(
