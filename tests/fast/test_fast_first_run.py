@@ -52,20 +52,23 @@ print(json.dumps(sorted(compiled._ENTRY_POINTS)))
 def test_a_simulate_run_binds_only_the_kernels_it_calls():
     # The fused batch verbs (admit_request, run_step) and the one-op verbs it never calls
     # are neither compiled nor loaded: a first run on a cold cache does not pay for them.
-    # (kvpool simulate runs the fast policy: its admissions are touch + get_new_blocks +
-    # cache_full_blocks, and its lookups probe one block before scanning.)
+    # (kvpool simulate runs the fast policy: with events on its admissions are touch +
+    # get_new_blocks + cache_full_blocks, without (its warm-up runs both) allocate_and_cache,
+    # and the block boundary of an async step take_and_key; its lookups probe one block
+    # before scanning.)
     used = set(json.loads(_python(USED)))
     assert {"cache_full_blocks", "lookup_blocks", "get_new_blocks_unkeyed", "touch",
-            "lookup_one"} <= used
+            "lookup_one", "allocate_and_cache", "take_and_key"} <= used
     assert not used & {"admit_request", "run_step", "touch_one", "free_one", "h_pop",
-                       "h_lookup_one", "h_touch_one", "h_free_one", "allocate_and_cache"}
+                       "h_lookup_one", "h_touch_one", "h_free_one"}
 
 
 WARMED = """
 import json, os
 os.environ["KVPOOL_FAST_ONE_OP"] = "cached"  # as kvpool.vllm.install sets it for an engine
 from kvpool.fast import compiled
-from kvpool.hashing import BlockHasher
+from kvpool.hashing import BlockHasher, get_request_block_hasher
+from kvpool.policy import SchedulerRequest
 from kvpool.workload.models import build_manager
 from kvpool.workload.serving import serve
 from kvpool.workload.simulate import HASH_SEED, _WARMUP_WORKLOAD, warm_up_manager
@@ -75,8 +78,24 @@ trace = _WARMUP_WORKLOAD.generate()
 for events in (False, True):  # an engine's manager, events off (vLLM's default) or on
     manager = build_manager("full", 72, 16, 4096, enable_kv_cache_events=events)
     manager.record_no_blocks_to_zero()
-    serve(manager, trace, block_size=16, max_running=4,
-          hasher=BlockHasher("sha256", seed=HASH_SEED))
+    hasher = BlockHasher("sha256", seed=HASH_SEED)
+    serve(manager, trace, block_size=16, max_running=4, hasher=hasher)
+    # and stepped as vLLM's async scheduler steps: each step allocated before the previous
+    # step's token is appended (the step that takes a block keys the one that filled)
+    make = get_request_block_hasher(16, hasher)
+    requests = [SchedulerRequest(f"async-{i}", list(range(7 * i, 7 * i + 20 + 9 * i)),
+                                 block_hasher=make) for i in range(4)]
+    for r in requests:
+        hits, n = manager.get_computed_blocks(r)
+        assert manager.allocate_slots(r, r.num_tokens - n, n, hits) is not None
+        r.num_computed_tokens = r.num_tokens
+    for token in range(40):
+        for r in requests:
+            assert manager.allocate_slots(r, 1) is not None
+            r.num_computed_tokens += 1
+            r.append_output_token_ids(token)
+    for r in requests:
+        manager.free(r)
 print(json.dumps(sorted(set(compiled._ENTRY_POINTS) - warmed)))
 """
 

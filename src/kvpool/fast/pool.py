@@ -18,6 +18,9 @@ Beyond the protocol:
 * the batch verbs of :mod:`kvpool.batch` (``find_longest_cache_hit``, ``admit``, ``step``,
   ``cache_full_blocks_batch``, ``free_tables``, ``allocate_and_cache``), one kernel call each
   (:mod:`kvpool.fast.verbs`), and ``observe()`` for their generic checks;
+* :meth:`FastBlockPool.take_and_key` — a running step's block boundary (take blocks, key the
+  one that filled) in one kernel call, or ``None`` with nothing changed where the two verbs
+  must run (the fast policy's, :mod:`kvpool.policy.fast`);
 * :meth:`FastBlockPool.check_invariants`, :meth:`FastBlockPool.memory_bytes`.
 """
 
@@ -262,34 +265,61 @@ class FastBlockPool(FastBatchVerbs, FastCore):
         return super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks,
                                          block_size, kv_cache_group_id, block_mask)
 
-    def take_and_key(self, request: Any, blocks: list[int], num_blocks: int, position: int,
-                     block_size: int, kv_cache_group_id: int) -> list[int] | None:
+    def take_and_key(self, request: Any, blocks: list[int], num_blocks: int,
+                     num_cached_blocks: int, num_full_blocks: int, block_size: int,
+                     kv_cache_group_id: int) -> list[int] | None:
         """``new = get_new_blocks(num_blocks)``, then ``cache_full_blocks(request, blocks +
-        new, position, position + 1, block_size, kv_cache_group_id)`` for a block of
-        ``blocks``, in one kernel call (:func:`~kvpool.fast.kernels.take_and_key`): a running
-        request's step that crosses a block boundary. Returns ``new``, or ``None`` with
+        new, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id)``, in one
+        kernel call: a running request's step across a block boundary
+        (:func:`~kvpool.fast.kernels.take_and_key`: the one block that filled), or an
+        admission (:func:`~kvpool.fast.kernels.allocate_and_cache`: the prompt's full blocks,
+        hashes read from the request's packed digests). Returns ``new``, or ``None`` with
         nothing changed when it does not run so: the pool reports events, has a metrics
-        collector or a pending watcher, or an argument is not the plain case (the block
-        already has a key, a hash that is not ``bytes``, a count out of range, ...); the
-        caller then runs the two verbs, which do it or say why. O(num_blocks)."""
+        collector or a pending watcher, or an argument is not the plain case (a block that
+        already has a key, hashes that are not one width of ``bytes``, a count out of
+        range, ...); the caller then runs the two verbs, which do it or say why.
+        O(num_blocks + blocks keyed)."""
+        n, num_cached, num_full, group = (num_blocks, num_cached_blocks, num_full_blocks,
+                                          kv_cache_group_id)
         if (self._delivering or not self._st._quiet_first or self.metrics_collector is not None
-                or num_blocks.__class__ is not int or position.__class__ is not int
-                or blocks.__class__ is not list or kv_cache_group_id.__class__ is not int
-                or block_size != self.hash_block_size or block_size.__class__ is not int
-                or not 0 < num_blocks <= self.num_gpu_blocks or not 0 <= position < len(blocks)
-                or not 0 <= kv_cache_group_id <= MAX_GROUP_ID):
+                or n.__class__ is not int or num_cached.__class__ is not int
+                or num_full.__class__ is not int or blocks.__class__ is not list
+                or group.__class__ is not int or block_size.__class__ is not int
+                or block_size != self.hash_block_size or not 0 < n <= self.num_gpu_blocks
+                or not 0 <= num_cached < num_full <= len(blocks) + n
+                or not 0 <= group <= MAX_GROUP_ID):
             return None
         hashes: Any = getattr(request, "block_hashes", None)
-        if type(hashes) not in _HASH_LISTS or position >= len(hashes):
+        if type(hashes) not in _HASH_LISTS or num_full > len(hashes):
             return None
-        b, h = blocks[position], hashes[position]
-        if b.__class__ is not int or h.__class__ is not bytes or not 0 < b < 2**63:
+        held = len(blocks)
+        if num_full == num_cached + 1 and num_cached < held:  # a decode step's boundary
+            b, h = blocks[num_cached], hashes[num_cached]
+            if b.__class__ is not int or h.__class__ is not bytes or not 0 < b < 2**63:
+                return None
+            first = (self._st._take_and_key or self._st.take_and_key_kernel())(
+                n, b, h, num_cached, group)
+            if first < 0:
+                return None
+            return [first] if n == 1 else self._out[:n].tolist()
+        view = hashes.packed(num_full) if type(hashes) is BlockHashList else None
+        if view is None:
             return None
-        first = (self._st._take_and_key or self._st.take_and_key_kernel())(
-            num_blocks, b, h, position, kv_cache_group_id)
-        if first < 0:
+        old = blocks[num_cached:num_full] if num_cached < held else ()  # held candidates
+        if old and set(map(type, old)) != _INT_ONLY:
             return None
-        return [first] if num_blocks == 1 else self._out[:num_blocks].tolist()
+        width, m = hashes.width, num_full - num_cached
+        cand = np.empty(m, np.int64)
+        try:
+            cand[: len(old)] = old
+        except OverflowError:
+            return None
+        code = self._st.allocate_and_cache(
+            n, cand, len(old), max(0, num_cached - held), None, view[num_cached * width :],
+            uniform_lens(m, width), width, num_cached, 1, group, False)
+        if code:
+            return None
+        return self._out[:n].tolist()
 
     def _event_before(self, request: Any, hashes: Any, num_cached: int, num_full: int,
                       block_size: int, group: int) -> tuple[Any, int]:

@@ -260,16 +260,9 @@ class FastKVCacheManager(_FastPolicy):
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
         pool = self.block_pool
-        if (num_new and num_full == num_cached + 1 and num_cached < len(table)
-                and (taken := pool.take_and_key(request, table, num_new, num_cached, bs, 0))
-                is not None):
-            # The usual block boundary: the block that filled is keyed in the call that
-            # takes the next one (a pool that declines changed nothing: the verbs below).
-            table.extend(taken)
-            self._note_new_blocks(taken)
-            self._num_cached[rid] = num_full
-            self._note_allocation(request)
-            return self.make_blocks((taken,))
+        if num_new and num_full > num_cached and (taken := self._take_and_key(
+                request, table, num_new, num_cached, num_full)) is not None:
+            return taken  # the usual block boundary: the filled block keyed in the same call
         new: list[int] = []
         if num_new:  # the step's token starts a block (every block_size-th step)
             new = pool.get_new_blocks(num_new)
@@ -283,6 +276,22 @@ class FastKVCacheManager(_FastPolicy):
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))
+
+    def _take_and_key(self, request: Any, table: list[int], num_new: int, num_cached: int,
+                      num_full: int) -> Any:
+        """Take ``num_new`` blocks onto ``table`` and key its blocks ``[num_cached,
+        num_full)`` in one pool call (``take_and_key``); the result, or ``None`` when the pool
+        declines, having changed nothing (a pool with events, say): the caller then runs
+        ``get_new_blocks`` and ``cache_full_blocks``, in the generic order."""
+        taken = self.block_pool.take_and_key(request, table, num_new, num_cached, num_full,
+                                             self._block_size, 0)
+        if taken is None:
+            return None
+        table.extend(taken)
+        self._note_new_blocks(taken)
+        self._num_cached[request.request_id] = num_full
+        self._note_allocation(request)
+        return self.make_blocks((taken,))
 
     def _note_allocation(self, request: Any) -> None:
         """The generic record (``num_tokens``, ``num_computed_tokens``), then the two bounds
@@ -391,6 +400,9 @@ class FastKVCacheManager(_FastPolicy):
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
+        if num_new and num_full > num_cached and (taken := self._take_and_key(
+                request, table, num_new, num_cached, num_full)) is not None:
+            return taken  # the prompt's blocks taken and its full ones keyed in one call
         new: list[int] = []
         if num_new:
             new = pool.get_new_blocks(num_new)

@@ -178,12 +178,35 @@ def warm_up_manager(backend: str, *, model: str = "full", block_size: int = 16,
         manager = build_manager(model, _WARMUP_BLOCKS, block_size, longest, backend=backend,
                                 enable_kv_cache_events=events)
         manager.record_no_blocks_to_zero()
-        serve(manager, trace, block_size=block_size, max_running=4,
-              hasher=BlockHasher(hash_algorithm, seed=HASH_SEED))
+        hasher = BlockHasher(hash_algorithm, seed=HASH_SEED)
+        serve(manager, trace, block_size=block_size, max_running=4, hasher=hasher)
+        _cross_a_boundary_as_async_scheduling_does(manager, block_size, hasher)
         # What an engine also reads: the longest key among a table's blocks (vLLM 0.33
         # estimates each request's cached tokens so).
         manager.block_pool.observe().max_key_tokens([1])
     return time.perf_counter() - began
+
+
+def _cross_a_boundary_as_async_scheduling_does(manager: Any, block_size: int,
+                                               hasher: BlockHasher) -> None:
+    """One request decoded across a block boundary as vLLM's async scheduler steps it: a
+    step is allocated before the previous step's token is appended, so the token that fills
+    a block is keyed by the step that takes the next one (one pool call on the fast policy,
+    which ``serve``'s synchronous steps never make)."""
+    from kvpool.hashing import get_request_block_hasher
+    from kvpool.policy import SchedulerRequest
+
+    prompt = list(range(2 * block_size - 1))
+    request = SchedulerRequest("kvpool-warm-up-async", prompt,
+                               block_hasher=get_request_block_hasher(block_size, hasher))
+    hits, num_hits = manager.get_computed_blocks(request)
+    manager.allocate_slots(request, len(prompt) - num_hits, num_hits, hits)
+    request.num_computed_tokens = len(prompt)
+    for token in range(2):  # the second step takes block 3 and keys block 2
+        manager.allocate_slots(request, 1)
+        request.num_computed_tokens += 1
+        request.append_output_token_ids(token)
+    manager.free(request)
 
 
 __all__ = ["DEFAULT_MAX_RUNNING", "DEFAULT_NUM_BLOCKS", "DEFAULT_WORKLOAD", "frozen_heap",
