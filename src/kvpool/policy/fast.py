@@ -248,12 +248,11 @@ class FastKVCacheManager(_FastPolicy):
         if watermark and not (has_scheduled_reqs
                               and request.status in self.watermark_statuses):
             watermark = 0
-        free = self.block_pool.get_num_free_blocks()
-        if num_new <= 0:
+        if num_new <= 0:  # (the step that fills a block: no count of free blocks needed)
             num_new = 0
-            if watermark and watermark > free:
+            if watermark and watermark > self.block_pool.get_num_free_blocks():
                 return None
-        elif num_new + watermark > free:
+        elif num_new + watermark > self.block_pool.get_num_free_blocks():
             return None
         num_full = num_cached = 0
         if self.enable_caching and not delay_cache_blocks:

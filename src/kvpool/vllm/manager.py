@@ -39,10 +39,15 @@ from vllm.v1.request import RequestStatus
 
 from kvpool.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBuilder, materialize
 from kvpool.policy import make_kv_cache_manager
+from kvpool.policy.manager import SingleTypeKVCacheManager
 from kvpool.vllm.blocks import BlockView, IdBlocks, block_ids_of
 from kvpool.vllm.config import convert_kv_cache_config
 
 logger = logging.getLogger("kvpool.vllm")
+
+
+def _nothing() -> None:
+    """``new_step_starts`` where no group keeps per-step state."""
 
 
 class _MetricsCollector:
@@ -264,8 +269,11 @@ class KvpoolKVCacheManager:
         self.get_num_common_prefix_blocks = manager.get_num_common_prefix_blocks
         self.get_blocks = manager.get_blocks
         self.cache_blocks = manager.cache_blocks  # async scheduling: every request, every step
-        # Called once per step: bound straight to the layer that answers (no frame between).
-        self.new_step_starts = manager.coordinator.new_step_starts
+        # Called once per step: bound straight to the layer that answers (no frame between),
+        # or to nothing where no group keeps per-step state (only Mamba's managers do).
+        steps = any(type(m).new_step_starts is not SingleTypeKVCacheManager.new_step_starts
+                    for m in manager.coordinator.single_type_managers)
+        self.new_step_starts = manager.coordinator.new_step_starts if steps else _nothing
         # Events off: nothing is ever pending, and list() is a fresh empty list.
         self.take_events = pool.take_events if pool.enable_kv_cache_events else list
         self.block_pool = VllmBlockPool(pool, views)

@@ -43,12 +43,17 @@ from vllm.v1.kv_cache_interface import CrossAttentionSpec as VllmCrossAttentionS
 from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec as VllmEncoderOnlyAttentionSpec
 from vllm.v1.metrics.stats import PrefixCacheStats
 
-from kvpool.policy.mamba import follow_vllm_033_rules
+from kvpool.policy.mamba import MambaManager, follow_vllm_033_rules
 from kvpool.vllm.blocks import BlockView, block_ids_of
 from kvpool.vllm.config import UnsupportedConfig
 from kvpool.vllm.manager import KvpoolKVCacheManager
 from kvpool.vllm.v033_checks import refusal, zeroed_group_ids
 
+
+
+def _no_copies() -> tuple[list[Any], list[BlockView]]:
+    """``take_kv_cache_block_copies`` of a manager that never queues a copy."""
+    return [], []
 
 class _GroupView:
     """One group as 0.33's scheduler reads it: block size, vLLM's spec, group id."""
@@ -168,8 +173,17 @@ class Kvpool033KVCacheManager(KvpoolKVCacheManager):
             single.zeroed_spec_types = (type(single.kv_cache_spec),) if g in self._zeroed \
                 else ()
         # What take_new_block_ids drains each step: every group, and whether it is zeroed.
-        self._drains = tuple((single, g in self._zeroed) for g, single in
-                             enumerate(manager.coordinator.single_type_managers))
+        singles = manager.coordinator.single_type_managers
+        self._drains = tuple((single, g in self._zeroed) for g, single in enumerate(singles))
+        # Two per-step calls that have nothing to say in most engines, answered at once
+        # there: no block is recorded for zeroing when no group is zeroed and no partial
+        # hit makes a private copy (which records its copy); no copy is queued without
+        # partial hits (copy-on-write) or a Mamba group (its running state's copy).
+        partial = manager.partial_hash_hits_enabled
+        if not self._zeroed and not partial:
+            self.take_new_block_ids = list  # type: ignore[method-assign]
+        if not partial and not any(isinstance(m, MambaManager) for m in singles):
+            self.take_kv_cache_block_copies = _no_copies  # type: ignore[method-assign]
 
         self._block_sizes = tuple(m.block_size for m in manager.coordinator.single_type_managers)
         # The tables estimate_cached_tokens reads (read, never copied): the prefix-cached
