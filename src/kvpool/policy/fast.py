@@ -260,24 +260,27 @@ class FastKVCacheManager(_FastPolicy):
             num_cached = self._num_cached.get(rid, 0)
         pool = self.block_pool
         if num_new and num_full > num_cached and (taken := self._take_and_key(
-                request, table, num_new, num_cached, num_full)) is not None:
+                request, table, num_new, num_cached, num_full, num_tokens,
+                computed)) is not None:
             return taken  # the usual block boundary: the filled block keyed in the same call
         new: list[int] = []
         if num_new:  # the step's token starts a block (every block_size-th step)
             new = pool.get_new_blocks(num_new)
             table.extend(new)
             self._note_new_blocks(new)
-        self._note_allocation(request)  # before the write, as the generic policy records it
+        # Recorded before the write, as the generic policy records it (num_cached is 0 when
+        # the write is delayed: a bound too low only sends the next step here).
+        self._record(rid, num_tokens, computed, len(table), num_cached)
         if num_full > num_cached:  # the step fills a block: key it
             pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
             self._num_cached[rid] = num_full
-            self._note_allocation(request)  # the bound of the next unkeyed block
+            self._record(rid, num_tokens, computed, len(table), num_full)
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))
 
     def _take_and_key(self, request: Any, table: list[int], num_new: int, num_cached: int,
-                      num_full: int) -> Any:
+                      num_full: int, num_tokens: int, computed: int) -> Any:
         """Take ``num_new`` blocks onto ``table`` and key its blocks ``[num_cached,
         num_full)`` in one pool call (``take_and_key``); the result, or ``None`` when the pool
         declines, having changed nothing (a pool with events, say): the caller then runs
@@ -288,8 +291,9 @@ class FastKVCacheManager(_FastPolicy):
             return None
         table.extend(taken)
         self._note_new_blocks(taken)
-        self._num_cached[request.request_id] = num_full
-        self._note_allocation(request)
+        rid = request.request_id
+        self._num_cached[rid] = num_full
+        self._record(rid, num_tokens, computed, len(table), num_full)
         return self.make_blocks((taken,))
 
     def _note_allocation(self, request: Any) -> None:
@@ -300,11 +304,16 @@ class FastKVCacheManager(_FastPolicy):
         generic step caps its counts, which only lowers them: a step under both bounds
         needs nothing there either."""
         rid = request.request_id
+        self._record(rid, request.num_tokens, request.num_computed_tokens,
+                     len(self._tables.get(rid, ())), self._num_cached.get(rid, 0))
+
+    def _record(self, rid: str, num_tokens: int, computed: int, held: int,
+                keyed: int) -> None:
+        """:meth:`_note_allocation` from counts the caller has at hand: ``held`` blocks in
+        the table, the first ``keyed`` keyed (at most as many as are)."""
         bs = self._block_size
-        room = 0 if self.watermark_blocks else len(self._tables.get(rid, ())) * bs
-        key_at = (self._num_cached.get(rid, 0) + 1) * bs if self.enable_caching \
-            else _NEVER
-        self._live[rid] = (request.num_tokens, request.num_computed_tokens, room, key_at)
+        self._live[rid] = (num_tokens, computed, 0 if self.watermark_blocks else held * bs,
+                           (keyed + 1) * bs if self.enable_caching else _NEVER)
 
     def _allocate(
         self,
@@ -400,7 +409,8 @@ class FastKVCacheManager(_FastPolicy):
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
         if num_new and num_full > num_cached and (taken := self._take_and_key(
-                request, table, num_new, num_cached, num_full)) is not None:
+                request, table, num_new, num_cached, num_full, num_tokens,
+                computed)) is not None:
             return taken  # the prompt's blocks taken and its full ones keyed in one call
         new: list[int] = []
         if num_new:

@@ -350,18 +350,14 @@ def _fast_step_ignores_watermark(m: Any) -> None:
 
 
 def _shifted_idle_bounds(m: Any, room_blocks: int, key_blocks: int) -> None:
-    # The bounds the idle step reads (FastKVCacheManager._note_allocation), recorded too
-    # high by whole blocks.
-    note = m._note_allocation
+    # The bounds the idle step reads (FastKVCacheManager._record), recorded too high by
+    # whole blocks.
+    record = m._record
 
-    def broken(request: Any) -> None:
-        note(request)
-        rid = request.request_id
-        num_tokens, computed, room, key_at = m._live[rid]
-        m._live[rid] = (num_tokens, computed, room + room_blocks * m._block_size,
-                        key_at + key_blocks * m._block_size)
+    def broken(rid: str, num_tokens: int, computed: int, held: int, keyed: int) -> None:
+        record(rid, num_tokens, computed, held + room_blocks, keyed + key_blocks)
 
-    m._note_allocation = broken
+    m._record = broken
 
 
 def _fast_idle_room_one_block_more(m: Any) -> None:
