@@ -494,7 +494,12 @@ class FastKVCacheManager(_FastPolicy):
         if not self.enable_caching:  # the coordinator without a prefix cache says none
             return self.coordinator.get_num_common_prefix_blocks(running_request_id)
         # The one group's own rule, without the facade's and coordinator's frames (the
-        # scheduler asks every step).
+        # scheduler asks every step), and its usual answer (the first block is not held by
+        # every tracked request) read off that block's ref count directly.
+        table = self._tables.get(running_request_id)
+        if not table or table[0] == self.block_pool.null_block or \
+                self.block_pool.ref_cnt(table[0]) != len(self._tables):
+            return [0]
         return [self._manager.get_num_common_prefix_blocks(running_request_id)]
 
     def get_blocks(self, request_id: str) -> Any:
