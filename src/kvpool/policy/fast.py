@@ -8,12 +8,15 @@ block filled. :class:`FastKVCacheManager` serves the configuration engines run m
 full-attention (or MLA) group over the fast (Numba) pool — with:
 
 * a **running request's step** in one function: the shrink checks, the block count, the
-  budget, at most one ``get_new_blocks`` and one ``cache_full_blocks`` straight on the pool,
-  and ``O(1)`` Python when nothing is needed (the common decode step);
+  budget, at most one ``get_new_blocks`` and one ``cache_full_blocks`` straight on the pool
+  (one ``take_and_key`` for a block boundary on a pool without events), and ``O(1)``
+  Python when nothing is needed (the common decode step: two bounds the last allocation
+  recorded beside the request's counts, :meth:`FastKVCacheManager._record`);
 * a **lookup** straight into the pool's one-kernel longest-hit scan;
 * a **free** that pops the table and frees it tail first in one pool call;
-* an **admission** (hits installed, new blocks, the full ones keyed) as one ``touch``, one
-  ``get_new_blocks`` and one ``cache_full_blocks``, after the generic policy's checks.
+* an **admission** (hits installed, new blocks, the full ones keyed) as one ``touch`` and
+  one ``take_and_key`` (one ``get_new_blocks`` and one ``cache_full_blocks`` where the pool
+  declines it), after the generic policy's checks.
 
 State is the generic policy's own (the manager's ``req_to_blocks`` and ``num_cached_block``,
 the facade's ``_live``), so every call not collapsed here — admissions with hits, external
@@ -219,7 +222,7 @@ class FastKVCacheManager(_FastPolicy):
         num_tokens = request.num_tokens
         main = computed + num_new_tokens
         # Most decode steps: the new and lookahead tokens fit the blocks held and no block
-        # fills. seen[2] and seen[3] (_note_allocation) say up to where, as of the last
+        # fills. seen[2] and seen[3] (_record) say up to where, as of the last
         # allocation; tables and keyed counts only grow while a request holds blocks, so a
         # bound read late is only too low, and then the step below decides.
         if (computed.__class__ is int and seen[1] <= computed and seen[0] <= num_tokens
@@ -417,11 +420,13 @@ class FastKVCacheManager(_FastPolicy):
             new = pool.get_new_blocks(num_new)
             table.extend(new)
             self._note_new_blocks(new)
-        self._note_allocation(request)  # before the write, as the generic policy records it
+        # Recorded before the write, as the generic policy records it (num_cached is 0 when
+        # nothing is written: a bound too low only sends the next step to the full path).
+        self._record(rid, num_tokens, computed, len(table), num_cached)
         if num_full > num_cached:
             pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
             self._num_cached[rid] = num_full
-            self._note_allocation(request)  # the bound of the next unkeyed block
+            self._record(rid, num_tokens, computed, len(table), num_full)
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))
