@@ -20,11 +20,8 @@ from kvpool.policy import (
     make_kv_cache_manager,
 )
 from kvpool.policy import specs as kv
-from kvpool.policy.fast import (
-    FastHybridKVCacheManager,
-    FastKVCacheManager,
-    fast_policy_refusal,
-)
+from kvpool.policy.fast import FastKVCacheManager, fast_policy_refusal
+from kvpool.policy.fast_hybrid import FastHybridKVCacheManager
 from kvpool.vllm.config import SUPPORTED_SPECS, UnsupportedConfig
 
 

@@ -16,7 +16,7 @@ from kvpool.policy import (
     SlidingWindowSpec,
     make_kv_cache_manager,
 )
-from kvpool.policy.fast import FastHybridKVCacheManager
+from kvpool.policy.fast_hybrid import FastHybridKVCacheManager
 
 # A window of 65 tokens slides past a block in the step that needs a new block: a step
 # whose budget depends on the window's block being freed first.

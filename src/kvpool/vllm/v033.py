@@ -50,7 +50,6 @@ from kvpool.vllm.manager import KvpoolKVCacheManager
 from kvpool.vllm.v033_checks import refusal, zeroed_group_ids
 
 
-
 def _no_copies() -> tuple[list[Any], list[BlockView]]:
     """``take_kv_cache_block_copies`` of a manager that never queues a copy."""
     return [], []

@@ -1,0 +1,167 @@
+"""The hybrid attention models' fast policy, :class:`FastHybridKVCacheManager`: full
+attention with sliding-window or chunked-local groups. What it collapses, why, and how it
+is checked against the generic policy: :mod:`kvpool.policy.fast`, which describes both fast
+policies and chooses between them (:func:`~kvpool.policy.fast.fast_policy_class`); what
+both share: :mod:`kvpool.policy.fast_base`."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from kvpool.policy.facade import processed_tokens, tokens_in_flight
+from kvpool.policy.fast_base import _NO_GROUPS, _ZERO, HYBRID, FastPolicy, _never_skips
+
+
+class FastHybridKVCacheManager(FastPolicy):
+    """A hybrid attention model's facade with its idle step collapsed and a running
+    request's other steps straight on the managers (:mod:`kvpool.policy.fast`)."""
+
+    serves = HYBRID
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        managers = self._managers = self.coordinator.single_type_managers
+        #: Per group: its tables, keyed counts, block size and window rule (``None`` for a
+        #: group that never skips a token: no call, no table read, in every idle step).
+        self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
+                         None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block)
+                        for m in managers]
+        self._frees = self.coordinator.frees_skipped_blocks
+        # The hybrid coordinator keys only lengths aligned to the scheduler block size.
+        self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
+            else 1
+
+    def __repr__(self) -> str:
+        specs = "+".join(type(m.kv_cache_spec).__name__
+                         for m in self.coordinator.single_type_managers)
+        return (f"FastHybridKVCacheManager(policy=fast, running steps collapsed, groups={specs}, "
+                f"blocks={self.block_pool.num_gpu_blocks})")
+
+    def allocate_slots(
+        self,
+        request: Any,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: Any = None,
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        num_encoder_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        reserved_blocks: int = 0,
+        has_scheduled_reqs: bool = True,
+        skip_zeroing_group_ids: Collection[int] = _NO_GROUPS,
+    ) -> Any:
+        """A running request's step with the scheduler's usual arguments here: an idle one
+        (nothing to allocate, free or key in any group) in ``O(groups)``, any other one
+        straight on the managers (:meth:`_step`); everything else in the generic policy."""
+        rid = request.request_id
+        seen = self._live.get(rid)
+        if (seen is not None and new_computed_blocks is None
+                and num_new_computed_tokens is _ZERO
+                and num_external_computed_tokens is _ZERO
+                and num_encoder_tokens is _ZERO and reserved_blocks is _ZERO
+                and full_sequence_must_fit is False
+                and num_new_tokens.__class__ is int and num_new_tokens > 0
+                and num_lookahead_tokens.__class__ is int and num_lookahead_tokens >= 0
+                and skip_zeroing_group_ids is _NO_GROUPS):
+            computed = request.num_computed_tokens
+            num_tokens = request.num_tokens
+            # Tokens in flight only shift what the windows free (read where the generic
+            # policy reads them; anything but a plain count is refused there).
+            in_flight = tokens_in_flight(request) if self._frees else 0
+            if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0] \
+                    and in_flight.__class__ is int and in_flight >= 0:
+                # The step's token counts, as the generic step has them: computed tokens
+                # (capped), the main model's end, the slots needed (capped).
+                max_len = self.max_model_len
+                total = computed if computed < max_len else max_len
+                main = total + num_new_tokens
+                need = main + num_lookahead_tokens
+                if need > max_len:
+                    need = max_len
+                # Idle behind the computed tokens is idle behind the processed ones: fewer
+                # tokens can only free less.
+                if self._idle(rid, total, main, need, num_tokens, delay_cache_blocks):
+                    watermark = self.watermark_blocks
+                    if watermark and has_scheduled_reqs and request.status in \
+                            self.watermark_statuses and \
+                            watermark > self.block_pool.get_num_free_blocks():
+                        return None
+                    self._live[rid] = (num_tokens, computed)
+                    return self.empty_kv_cache_blocks
+                if all(rid in m.num_cached_block for m in self._managers):
+                    return self._step(request, computed, total, main, need, num_tokens,
+                                      in_flight, delay_cache_blocks, has_scheduled_reqs)
+        return super().allocate_slots(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
+            num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
+            num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs,
+            skip_zeroing_group_ids)
+
+    def _step(self, request: Any, computed: int, total: int, main: int, need: int,
+              num_tokens: int, in_flight: int, delay_cache_blocks: bool,
+              has_scheduled_reqs: bool) -> Any:
+        """A running request's step that changes something, checked by the caller (plain
+        arguments, nothing shrank, tracked in every group): the generic step's calls on the
+        managers in the generic order — every window's skipped blocks freed, the budget,
+        every group's new blocks, the coordinator's aligned cache write — without the
+        facade's and the coordinator's checks and fan-out around them."""
+        rid = request.request_id
+        managers = self._managers
+        # Freed even if the budget then refuses (as in the generic step), behind the
+        # processed tokens: the blocks behind tokens still in flight are still read.
+        if self._frees:
+            self.coordinator.remove_skipped_blocks(
+                rid, processed_tokens(total, in_flight), request.num_prompt_tokens)
+        needed = 0
+        for m in managers:
+            needed += m.get_num_blocks_to_allocate(rid, need, (), total, main)
+        watermark = 0
+        if has_scheduled_reqs and request.status in self.watermark_statuses:
+            watermark = self.watermark_blocks
+        if needed + watermark > self.block_pool.get_num_free_blocks():
+            return None
+        new = tuple([m.allocate_new_blocks(rid, need, main) for m in managers])
+        self._live[rid] = (num_tokens, computed)
+        if self.enable_caching and not delay_cache_blocks:
+            self.coordinator.cache_blocks(request, main if main < num_tokens else num_tokens)
+        return self._blocks(new)
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        """Key the request's full blocks, every group up to the aligned length (async
+        scheduling calls it for every request after every step's output): nothing to do,
+        checked in ``O(groups)``, when no group has a full block left to key."""
+        if num_computed_tokens.__class__ is int and num_computed_tokens >= 0 and \
+                self.enable_caching:
+            rid = request.request_id
+            aligned = num_computed_tokens - num_computed_tokens % self._cache_alignment
+            if all(aligned // bs <= num_cached.get(rid, 0)
+                   for _, num_cached, bs, _, _ in self._groups):
+                return
+        super().cache_blocks(request, num_computed_tokens)
+
+    def _idle(self, rid: str, total: int, main: int, need: int, num_tokens: int,
+              delay_cache_blocks: bool) -> bool:
+        """Whether the generic step would change no group: every table long enough, no
+        window with a block left to null (the generic walk stops at the first null), no
+        aligned full block left to key."""
+        caching = self.enable_caching and not delay_cache_blocks
+        cached_tokens = (main if main < num_tokens else num_tokens)
+        cached_tokens -= cached_tokens % self._cache_alignment
+        for tables, num_cached, bs, skipped_tokens, null in self._groups:
+            table = tables.get(rid)
+            if table is None or -(-need // bs) > len(table):
+                return False
+            if skipped_tokens is not None:
+                skipped = skipped_tokens(total) // bs
+                if skipped > 0 and table[(skipped if skipped < len(table) else len(table)) - 1] \
+                        != null:
+                    return False
+            if caching and cached_tokens // bs > num_cached.get(rid, 0):
+                return False
+        return True
+
+
+__all__ = ["FastHybridKVCacheManager"]
