@@ -203,43 +203,41 @@ class FastKVCacheManager(FastPolicy):
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
+        return self._grow(request, table, num_new, num_cached, num_full, num_tokens, computed)
+
+    def _grow(self, request: Any, table: list[int], num_new: int, num_cached: int,
+              num_full: int, num_tokens: int, computed: int) -> Any:
+        """Take ``num_new`` blocks onto ``table``, key its blocks ``[num_cached, num_full)``
+        and record the allocation; the new blocks as a result. One pool call where the pool
+        takes it (``take_and_key``: a block boundary, an admission); where it declines,
+        having changed nothing (a pool with events, say), ``get_new_blocks`` and
+        ``cache_full_blocks`` in the generic order, the record made before the write as the
+        generic policy makes it (``num_cached`` is 0 when nothing is written: a bound too
+        low only sends the next step to the full path)."""
+        rid = request.request_id
         pool = self.block_pool
-        if num_new and num_full > num_cached and (taken := self._take_and_key(
-                request, table, num_new, num_cached, num_full, num_tokens,
-                computed)) is not None:
-            return taken  # the usual block boundary: the filled block keyed in the same call
+        if num_new and num_full > num_cached:
+            taken = pool.take_and_key(request, table, num_new, num_cached, num_full,
+                                      self._block_size, 0)
+            if taken is not None:
+                table.extend(taken)
+                self._note_new_blocks(taken)
+                self._num_cached[rid] = num_full
+                self._record(rid, num_tokens, computed, len(table), num_full)
+                return self.make_blocks((taken,))
         new: list[int] = []
-        if num_new:  # the step's token starts a block (every block_size-th step)
+        if num_new:
             new = pool.get_new_blocks(num_new)
             table.extend(new)
             self._note_new_blocks(new)
-        # Recorded before the write, as the generic policy records it (num_cached is 0 when
-        # the write is delayed: a bound too low only sends the next step here).
         self._record(rid, num_tokens, computed, len(table), num_cached)
-        if num_full > num_cached:  # the step fills a block: key it
-            pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
+        if num_full > num_cached:
+            pool.cache_full_blocks(request, table, num_cached, num_full, self._block_size, 0)
             self._num_cached[rid] = num_full
             self._record(rid, num_tokens, computed, len(table), num_full)
         if not new:
             return self.empty_kv_cache_blocks
         return self.make_blocks((new,))
-
-    def _take_and_key(self, request: Any, table: list[int], num_new: int, num_cached: int,
-                      num_full: int, num_tokens: int, computed: int) -> Any:
-        """Take ``num_new`` blocks onto ``table`` and key its blocks ``[num_cached,
-        num_full)`` in one pool call (``take_and_key``); the result, or ``None`` when the pool
-        declines, having changed nothing (a pool with events, say): the caller then runs
-        ``get_new_blocks`` and ``cache_full_blocks``, in the generic order."""
-        taken = self.block_pool.take_and_key(request, table, num_new, num_cached, num_full,
-                                             self._block_size, 0)
-        if taken is None:
-            return None
-        table.extend(taken)
-        self._note_new_blocks(taken)
-        rid = request.request_id
-        self._num_cached[rid] = num_full
-        self._record(rid, num_tokens, computed, len(table), num_full)
-        return self.make_blocks((taken,))
 
     def _note_allocation(self, request: Any) -> None:
         """The generic record (``num_tokens``, ``num_computed_tokens``), then the two bounds
@@ -353,25 +351,7 @@ class FastKVCacheManager(FastPolicy):
         if self.enable_caching and not delay_cache_blocks:
             num_full = (main if main < num_tokens else num_tokens) // bs
             num_cached = self._num_cached.get(rid, 0)
-        if num_new and num_full > num_cached and (taken := self._take_and_key(
-                request, table, num_new, num_cached, num_full, num_tokens,
-                computed)) is not None:
-            return taken  # the prompt's blocks taken and its full ones keyed in one call
-        new: list[int] = []
-        if num_new:
-            new = pool.get_new_blocks(num_new)
-            table.extend(new)
-            self._note_new_blocks(new)
-        # Recorded before the write, as the generic policy records it (num_cached is 0 when
-        # nothing is written: a bound too low only sends the next step to the full path).
-        self._record(rid, num_tokens, computed, len(table), num_cached)
-        if num_full > num_cached:
-            pool.cache_full_blocks(request, table, num_cached, num_full, bs, 0)
-            self._num_cached[rid] = num_full
-            self._record(rid, num_tokens, computed, len(table), num_full)
-        if not new:
-            return self.empty_kv_cache_blocks
-        return self.make_blocks((new,))
+        return self._grow(request, table, num_new, num_cached, num_full, num_tokens, computed)
 
     def _admissible_hits(self, rid: str, seen: Any, hit_object: Any,
                          num_new_computed_tokens: int) -> Sequence[int] | None:
