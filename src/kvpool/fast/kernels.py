@@ -1874,7 +1874,7 @@ def max_key_tokens(blk, blk64, ids):
         if b < 0 or b >= n:
             return -(i + 1)
         if _first(blk, b) != -1 and blk64[b, TOKENS] > longest:
-            longest = blk64[b, TOKENS]
+            longest = int(blk64[b, TOKENS])  # an int, plain as compiled
     return longest
 
 
