@@ -26,7 +26,8 @@ def main() -> int:
     parser.add_argument("--num-blocks", type=int, default=4096)
     parser.add_argument("--backends", default="reference,fast")
     parser.add_argument("--model", action="append", choices=MODELS)
-    parser.add_argument("--kit-dir", default="/work/shared/vllm-kit")
+    parser.add_argument("--kit-dir", default=None,
+                        help="the vLLM kit (default: $KVPOOL_VLLM_KIT, else ../shared/vllm-kit)")
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

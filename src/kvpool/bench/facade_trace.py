@@ -25,6 +25,7 @@ sliding-window group (bs 16, window 512): the hybrid coordinator's fixed point.
 from __future__ import annotations
 
 import hashlib
+import os
 import statistics
 import sys
 import time
@@ -138,7 +139,9 @@ def replay(manager: Any, make_request: Callable[..., Any],
             if req is None:
                 req = requests[i] = make_request(str(i), trace[i][0], hashes[i])
             w = pc()
-            hits, n = manager.get_computed_blocks(req)
+            # vLLM 0.33 adds a third value (a shared-prefix boundary): the first two are
+            # the hit blocks and tokens in every version.
+            hits, n = manager.get_computed_blocks(req)[:2]
             new = manager.allocate_slots(req, req.num_tokens - n, n, hits)
             wall += pc() - w
             calls += 2
@@ -188,10 +191,19 @@ def replay(manager: Any, make_request: Callable[..., Any],
 
 def run(models: tuple[str, ...] = MODELS, backends: tuple[str, ...] = ("reference", "fast"),
         num_requests: int = 300, repeat: int = 3, num_blocks: int = 4096,
-        kit_dir: str = "/work/shared/vllm-kit", with_vllm: bool = True,
+        kit_dir: str | None = None, with_vllm: bool = True,
         log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Medians per (model, facade) and ratios to vLLM; see the module docstring."""
-    sys.path.insert(0, kit_dir)
+    """Medians per (model, facade) and ratios to vLLM; see the module docstring.
+    ``kit_dir``: the vLLM kit (its ``gen_trace`` makes the trace), by default
+    :func:`kvpool.bench.vs_vllm.default_kit`; :class:`FileNotFoundError` without one."""
+    from kvpool.bench.vs_vllm import default_kit
+    from kvpool.workload.simulate import warm_up_manager
+
+    kit = kit_dir or default_kit()
+    if kit is None or not os.path.exists(os.path.join(kit, "gen_trace.py")):
+        raise FileNotFoundError(f"no vLLM kit with gen_trace.py at {kit!r}: set "
+                                "KVPOOL_VLLM_KIT or pass kit_dir")
+    sys.path.insert(0, kit)
     import gen_trace
 
     trace, _ = gen_trace.make_trace(num_requests=num_requests)
@@ -208,9 +220,13 @@ def run(models: tuple[str, ...] = MODELS, backends: tuple[str, ...] = ("referenc
                               "repeat": repeat, "models": {}}
     for model in models:
         # Warm-up, not timed: a short prefix of the trace on a small pool, so that eviction
-        # and preemption paths run too (Numba compiles every kernel they use here).
+        # and preemption paths run too, and kvpool's own start-up warm-up, as an engine runs
+        # it (Numba compiles, or loads, every kernel the model's calls use here; the
+        # trace's prefix alone leaves a sliding window's range lookup to the first round).
         warm_blocks = 2 * (max_model_len // BLOCK + 2)
-        for _name, build, make in facades:
+        for name, build, make in facades:
+            if name != "vllm":
+                warm_up_manager(name, model=model)
             replay(build(model, warm_blocks), make, trace[:24], hashes[:24])
         samples: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in facades}
         for r in range(repeat):

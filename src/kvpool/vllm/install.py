@@ -58,7 +58,8 @@ def install(backend: str = "fast", *, policy: str = "auto",
     """Make vLLM's scheduler build kvpool's KV cache manager (module docstring).
 
     Idempotent; a second call with other options replaces the first. ``warm_up`` compiles
-    the fast backend's kernels now (one log line with the time it took). ``pack_hashes``
+    (or loads) the fast backend's kernels now, for every model shape, hybrids included (one
+    log line with the time it took). ``pack_hashes``
     (fast backend only) has the engine's block hasher keep each prompt's digests packed
     where the fast pool reads them in place (:mod:`kvpool.vllm.hashes`: vLLM's own hasher
     and digests, in a ``list`` subclass)."""
@@ -117,11 +118,11 @@ def install(backend: str = "fast", *, policy: str = "auto",
         # cache (kvpool.fast.state.one_op_mode), unless the caller chose.
         os.environ.setdefault("KVPOOL_FAST_ONE_OP", "cached")
     if warm_up and backend == "fast":
-        from kvpool.workload.simulate import warm_up_manager
+        from kvpool.workload.simulate import warm_up_engine
 
         logger.info("kvpool: loading the fast backend's kernels (compiled into Numba's disk "
                     "cache on the first run after an install)")
-        seconds = warm_up_manager("fast")
+        seconds = warm_up_engine("fast")
         logger.info("kvpool: fast backend ready in %.2f s", seconds)
     logger.info("kvpool: vLLM's scheduler now uses kvpool's KV cache manager (backend=%s, "
                 "policy=%s)", backend, policy)
