@@ -32,7 +32,7 @@ def test_backends_agree_through_the_whole_stack(name) -> None:
 
 
 @pytest.mark.parametrize("name", ["full", "full-quiet", "full-eagle", "full-watermark",
-                                  "full+swa", "2full+swa"])
+                                  "full+swa", "2full+swa", "full+chunked"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_the_fast_policy_decides_as_the_generic_one(name, seed) -> None:
     """Longer walks of the fast policy against the generic one on the reference pool."""

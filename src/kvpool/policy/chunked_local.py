@@ -50,5 +50,13 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         chunk = self.kv_cache_spec.attention_chunk_size
         return num_computed_tokens // chunk * chunk
 
+    def fewest_tokens_skipping(self, num_blocks: int) -> int:
+        """The fewest computed tokens whose skipped tokens cover ``num_blocks >= 1`` whole
+        blocks: :meth:`get_num_skipped_tokens` inverted, the first chunk start at or past
+        ``num_blocks · bs``."""
+        assert isinstance(self.kv_cache_spec, ChunkedLocalAttentionSpec)
+        chunk = self.kv_cache_spec.attention_chunk_size
+        return -(-num_blocks * self.block_size // chunk) * chunk
+
 
 __all__ = ["ChunkedLocalAttentionManager"]

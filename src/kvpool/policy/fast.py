@@ -50,12 +50,19 @@ import numpy as np
 from kvpool.hash_list import BlockHashList
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
-from kvpool.policy.fast_base import _NO_GROUPS, _ZERO, HYBRID, SINGLE, FastPolicy, served_kind
+from kvpool.policy.fast_base import (
+    _NEVER,
+    _NO_GROUPS,
+    _ZERO,
+    HYBRID,
+    SINGLE,
+    FastPolicy,
+    served_kind,
+)
 from kvpool.policy.fast_hybrid import FastHybridKVCacheManager
 
 _INT = {int}
 _BYTES = {bytes}
-_NEVER = 2**63  # a token count no request reaches
 
 
 def fast_policy_class(*args: Any, **kwargs: Any) -> type[KVCacheManager] | str:

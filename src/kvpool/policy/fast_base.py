@@ -33,6 +33,7 @@ _ATTENTION_SPECS = (FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec,
                     SlidingWindowMLASpec, ChunkedLocalAttentionSpec)
 _ZERO = 0  # the default of the scheduler's count arguments, tested by identity
 _NO_GROUPS: tuple[int, ...] = ()  # (one object: the empty tuple is a singleton)
+_NEVER = 2**63  # a token count no request reaches
 _SIGNATURE = inspect.signature(KVCacheManager.__init__)
 
 

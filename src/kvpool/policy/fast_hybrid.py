@@ -10,7 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from kvpool.policy.facade import processed_tokens, tokens_in_flight
-from kvpool.policy.fast_base import _NO_GROUPS, _ZERO, HYBRID, FastPolicy, _never_skips
+from kvpool.policy.fast_base import _NEVER, _NO_GROUPS, _ZERO, HYBRID, FastPolicy, _never_skips
 
 
 class FastHybridKVCacheManager(FastPolicy):
@@ -22,10 +22,12 @@ class FastHybridKVCacheManager(FastPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         managers = self._managers = self.coordinator.single_type_managers
-        #: Per group: its tables, keyed counts, block size and window rule (``None`` for a
-        #: group that never skips a token: no call, no table read, in every idle step).
+        #: Per group: its tables, keyed counts, block size, window rule (``None`` for a
+        #: group that never skips a token: no call, no table read, in every idle step), null
+        #: block, and the window rule inverted (the fewest tokens that skip ``n`` blocks).
         self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
-                         None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block)
+                         None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block,
+                         None if _never_skips(m) else m.fewest_tokens_skipping)
                         for m in managers]
         self._frees = self.coordinator.frees_skipped_blocks
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
@@ -73,6 +75,17 @@ class FastHybridKVCacheManager(FastPolicy):
             in_flight = tokens_in_flight(request) if self._frees else 0
             if computed.__class__ is int and computed >= seen[1] and num_tokens >= seen[0] \
                     and in_flight.__class__ is int and in_flight >= 0:
+                # Most decode steps: under the three bounds the last allocation recorded
+                # (_record; uncapped counts, which only overstate what the step needs).
+                main = computed + num_new_tokens
+                if (main + num_lookahead_tokens <= seen[2] and computed < seen[4]
+                        and ((main if main < num_tokens else num_tokens) < seen[3]
+                             or delay_cache_blocks)):
+                    if self.watermark_blocks and self._under_watermark(request,
+                                                                       has_scheduled_reqs):
+                        return None
+                    self._live[rid] = (num_tokens, computed, seen[2], seen[3], seen[4])
+                    return self.empty_kv_cache_blocks
                 # The step's token counts, as the generic step has them: computed tokens
                 # (capped), the main model's end, the slots needed (capped).
                 max_len = self.max_model_len
@@ -84,12 +97,9 @@ class FastHybridKVCacheManager(FastPolicy):
                 # Idle behind the computed tokens is idle behind the processed ones: fewer
                 # tokens can only free less.
                 if self._idle(rid, total, main, need, num_tokens, delay_cache_blocks):
-                    watermark = self.watermark_blocks
-                    if watermark and has_scheduled_reqs and request.status in \
-                            self.watermark_statuses and \
-                            watermark > self.block_pool.get_num_free_blocks():
+                    if self._under_watermark(request, has_scheduled_reqs):
                         return None
-                    self._live[rid] = (num_tokens, computed)
+                    self._record(rid, num_tokens, computed)
                     return self.empty_kv_cache_blocks
                 if all(rid in m.num_cached_block for m in self._managers):
                     return self._step(request, computed, total, main, need, num_tokens,
@@ -124,10 +134,59 @@ class FastHybridKVCacheManager(FastPolicy):
         if needed + watermark > self.block_pool.get_num_free_blocks():
             return None
         new = tuple([m.allocate_new_blocks(rid, need, main) for m in managers])
-        self._live[rid] = (num_tokens, computed)
+        self._live[rid] = (num_tokens, computed, 0, 0, 0)  # as the generic records it
         if self.enable_caching and not delay_cache_blocks:
             self.coordinator.cache_blocks(request, main if main < num_tokens else num_tokens)
+        self._record(rid, num_tokens, computed)
         return self._blocks(new)
+
+    def _under_watermark(self, request: Any, has_scheduled_reqs: bool) -> bool:
+        """Whether the watermark refuses this step (checked at every step, idle or not)."""
+        watermark = self.watermark_blocks
+        return bool(watermark and has_scheduled_reqs
+                    and request.status in self.watermark_statuses
+                    and watermark > self.block_pool.get_num_free_blocks())
+
+    def _note_allocation(self, request: Any) -> None:
+        """The generic record, and the bounds of a step that changes nothing
+        (:meth:`_record`) as the tables stand: before the generic step's cache write, so
+        the keyed counts may lag (a bound too low only sends the next step to the check)."""
+        self._record(request.request_id, request.num_tokens, request.num_computed_tokens)
+
+    def _record(self, rid: str, num_tokens: int, computed: int) -> None:
+        """``_live[rid]``: the generic record (``num_tokens``, ``num_computed_tokens``), then
+        three bounds under which a step changes no group, as of now — tables only grow,
+        keyed counts only rise and windows only null more while a request holds blocks, so
+        a bound read later is only too low: the tokens every group's table takes; the
+        (aligned) token count that fills a group's next unkeyed block (never, without a
+        prefix cache); the computed tokens at which a window would free its first block
+        still held (never, with no window). A window's tables hold null blocks as a prefix
+        (positions turn null front to back), so the first one held is found by bisection."""
+        room = key_at = skip_at = _NEVER
+        caching = self.enable_caching
+        for tables, num_cached, bs, _, null, fewest_skipping in self._groups:
+            table = tables.get(rid)
+            if table is None:  # not tracked here: every step takes the check
+                self._live[rid] = (num_tokens, computed, 0, 0, 0)
+                return
+            if len(table) * bs < room:
+                room = len(table) * bs
+            if caching and (num_cached.get(rid, 0) + 1) * bs < key_at:
+                key_at = (num_cached.get(rid, 0) + 1) * bs
+            if fewest_skipping is not None:
+                lo, hi = 0, len(table)
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if table[mid] == null:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo < len(table) and fewest_skipping(lo + 1) < skip_at:
+                    skip_at = fewest_skipping(lo + 1)
+        align = self._cache_alignment
+        if key_at != _NEVER:  # the coordinator keys aligned lengths only
+            key_at = -(-key_at // align) * align
+        self._live[rid] = (num_tokens, computed, room, key_at, skip_at)
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
         """Key the request's full blocks, every group up to the aligned length (async
@@ -136,9 +195,12 @@ class FastHybridKVCacheManager(FastPolicy):
         if num_computed_tokens.__class__ is int and num_computed_tokens >= 0 and \
                 self.enable_caching:
             rid = request.request_id
+            seen = self._live.get(rid)
+            if seen is not None and num_computed_tokens < seen[3]:
+                return  # under the keying bound (_record)
             aligned = num_computed_tokens - num_computed_tokens % self._cache_alignment
             if all(aligned // bs <= num_cached.get(rid, 0)
-                   for _, num_cached, bs, _, _ in self._groups):
+                   for _, num_cached, bs, _, _, _ in self._groups):
                 return
         super().cache_blocks(request, num_computed_tokens)
 
@@ -150,7 +212,7 @@ class FastHybridKVCacheManager(FastPolicy):
         caching = self.enable_caching and not delay_cache_blocks
         cached_tokens = (main if main < num_tokens else num_tokens)
         cached_tokens -= cached_tokens % self._cache_alignment
-        for tables, num_cached, bs, skipped_tokens, null in self._groups:
+        for tables, num_cached, bs, skipped_tokens, null, _ in self._groups:
             table = tables.get(rid)
             if table is None or -(-need // bs) > len(table):
                 return False

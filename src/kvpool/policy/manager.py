@@ -279,6 +279,12 @@ class SingleTypeKVCacheManager:
         """Tokens no longer attended to once ``num_computed_tokens`` are computed."""
         return 0
 
+    def fewest_tokens_skipping(self, num_blocks: int) -> int:
+        """The fewest computed tokens whose skipped tokens cover ``num_blocks >= 1`` whole
+        blocks: :meth:`get_num_skipped_tokens` inverted, where a family's rule has an
+        inverse (the windows': the hybrid fast policy bounds its idle steps with it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not invert its skip rule")
+
     def pop_blocks_for_free(self, request_id: str) -> list[int]:
         """Forget the request; its blocks in table order (the caller frees them reversed)."""
         self.num_cached_block.pop(request_id, None)

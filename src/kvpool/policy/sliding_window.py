@@ -118,5 +118,11 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         assert isinstance(self.kv_cache_spec, SlidingWindowSpec)
         return max(0, num_computed_tokens - self.kv_cache_spec.sliding_window + 1)
 
+    def fewest_tokens_skipping(self, num_blocks: int) -> int:
+        """The fewest computed tokens whose skipped tokens cover ``num_blocks >= 1`` whole
+        blocks: :meth:`get_num_skipped_tokens` inverted, ``num_blocks · bs + window − 1``."""
+        assert isinstance(self.kv_cache_spec, SlidingWindowSpec)
+        return num_blocks * self.block_size + self.kv_cache_spec.sliding_window - 1
+
 
 __all__ = ["SlidingWindowManager", "contiguous_blocks_for_hit"]

@@ -264,9 +264,29 @@ def _fast_zeroing_ids_not_recorded(m: Any) -> None:
 
 
 def _fast_idle_step_ignores_the_window(m: Any) -> None:
-    # The idle test forgets that a sliding window may have a block to null.
-    m._groups = [(tables, cached, bs, lambda tokens: 0, null)
-                 for tables, cached, bs, _, null in m._groups]
+    # The idle test (and its bound) forgets that a sliding window may have a block to null.
+    m._groups = [(tables, cached, bs, lambda tokens: 0, null, None)
+                 for tables, cached, bs, _, null, _ in m._groups]
+
+
+def _fast_hybrid_window_bound_one_block_late(m: Any) -> None:
+    # The bound of the window's next free (FastHybridKVCacheManager._record) is computed
+    # for one block more than the window holds null.
+    m._groups = [(tables, cached, bs, skipped, null,
+                  None if fewest is None else lambda n, fewest=fewest: fewest(n + 1))
+                 for tables, cached, bs, skipped, null, fewest in m._groups]
+
+
+def _fast_hybrid_room_one_block_more(m: Any) -> None:
+    # The hybrid idle step's room bound counts a block more than the shortest table holds.
+    record = m._record
+
+    def broken(rid: str, num_tokens: int, computed: int) -> None:
+        record(rid, num_tokens, computed)
+        seen = m._live[rid]
+        m._live[rid] = (*seen[:2], seen[2] + m._groups[0][2], *seen[3:])
+
+    m._record = broken
 
 
 def _fast_step_frees_the_window_after_allocating(m: Any) -> None:
@@ -326,8 +346,8 @@ class _Everything(dict):  # type: ignore[type-arg]
 
 
 def _fast_idle_step_ignores_unaligned_keys(m: Any) -> None:
-    m._groups = [(tables, _Everything(), bs, skipped, null)
-                 for tables, _, bs, skipped, null in m._groups]
+    m._groups = [(tables, _Everything(), bs, skipped, null, fewest)
+                 for tables, _, bs, skipped, null, fewest in m._groups]
 
 
 def _fast_admission_gate_skipped(m: Any) -> None:
@@ -509,6 +529,13 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("fast-idle-step-ignores-the-window", "full+swa",
                      "hybrid fast policy: a step whose window passes a block is called idle",
                      _fast_idle_step_ignores_the_window, policy="fast"),
+    PlantedPolicyBug("fast-hybrid-window-bound-one-block-late", "full+swa",
+                     "hybrid fast policy: the idle step's window bound is a block late, so "
+                     "a step whose window passes a block frees nothing",
+                     _fast_hybrid_window_bound_one_block_late, policy="fast"),
+    PlantedPolicyBug("fast-hybrid-idle-room-one-block-more", "full+swa",
+                     "hybrid fast policy: the idle step's room bound counts a block no "
+                     "table holds", _fast_hybrid_room_one_block_more, policy="fast"),
     PlantedPolicyBug("fast-idle-step-forgets-keyed-counts", "full+swa",
                      "hybrid fast policy: the idle test reads no keyed count, so a step "
                      "that must key a block is called idle",

@@ -1,0 +1,137 @@
+"""The hybrid fast policy's idle step reads three bounds it records per request
+(``FastHybridKVCacheManager._record``): the tokens every group's table takes, the aligned
+token count that fills a group's next unkeyed block, and the computed tokens at which a
+window frees its first block still held. They cache the tables, so a bound must never be
+above what they say (else a step that needs a block, a key or a free would be called idle),
+and the steps must decide exactly as the generic policy's. The window's bound inverts the
+window's rule (``fewest_tokens_skipping``), checked here against the rule itself."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kvpool.hashing import BlockHasher, get_request_block_hasher
+from kvpool.policy import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    RequestStatus,
+    SchedulerRequest,
+    SlidingWindowSpec,
+    make_kv_cache_manager,
+)
+from kvpool.policy.chunked_local import ChunkedLocalAttentionManager
+from kvpool.policy.fast_base import _NEVER
+from kvpool.policy.fast_hybrid import FastHybridKVCacheManager
+from kvpool.policy.sliding_window import SlidingWindowManager
+
+BS = 16
+HASHER = BlockHasher("sha256", seed="hybrid-bounds")
+WINDOWS = {
+    "swa-65": SlidingWindowSpec(block_size=BS, sliding_window=65),
+    "swa-32": SlidingWindowSpec(block_size=BS, sliding_window=32),
+    "chunked-48": ChunkedLocalAttentionSpec(block_size=BS, attention_chunk_size=48),
+}
+
+
+@pytest.mark.parametrize("spec", list(WINDOWS.values()), ids=list(WINDOWS))
+def test_fewest_tokens_skipping_inverts_the_window_rule(spec) -> None:
+    manager_class = SlidingWindowManager if isinstance(spec, SlidingWindowSpec) \
+        else ChunkedLocalAttentionManager
+    manager = manager_class.__new__(manager_class)  # the two rules read the spec alone
+    manager.kv_cache_spec, manager.block_size = spec, BS
+    for blocks in range(1, 12):
+        fewest = manager.fewest_tokens_skipping(blocks)
+        assert manager.get_num_skipped_tokens(fewest) // BS >= blocks
+        assert manager.get_num_skipped_tokens(fewest - 1) // BS < blocks
+
+
+def managers(window: str, caching: bool, watermark: float) -> dict[str, object]:
+    config = KVCacheConfig(64, [KVCacheGroupSpec(FullAttentionSpec(block_size=BS)),
+                                KVCacheGroupSpec(WINDOWS[window])])
+    out = {p: make_kv_cache_manager(config, 330, BS, BS, enable_caching=caching,
+                                    watermark=watermark, backend="fast", policy=p)
+           for p in ("fast", "generic")}
+    assert isinstance(out["fast"], FastHybridKVCacheManager)
+    return out
+
+
+def leading_nulls(table: list[int], null: int) -> int:
+    n = 0
+    while n < len(table) and table[n] == null:
+        n += 1
+    return n
+
+
+def check_bounds(m: FastHybridKVCacheManager) -> None:
+    for rid, seen in m._live.items():
+        _, _, room, key_at, skip_at = seen
+        for tables, keyed, bs, _, null, fewest in m._groups:
+            table = tables.get(rid, [])
+            assert room <= len(table) * bs, (rid, room)
+            if m.enable_caching:
+                align = m._cache_alignment  # the coordinator keys aligned lengths only
+                assert key_at <= -(-(keyed.get(rid, 0) + 1) * bs // align) * align, (rid, key_at)
+            else:
+                assert key_at == _NEVER
+            nulls = leading_nulls(table, null)
+            if fewest is not None and nulls < len(table):
+                assert skip_at <= fewest(nulls + 1), (rid, skip_at, nulls)
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+@pytest.mark.parametrize("caching, watermark", [(True, 0.0), (False, 0.0), (True, 0.1)])
+@pytest.mark.parametrize("seed", range(2))
+def test_steps_decide_as_the_generic_policy_and_bounds_stay_below_the_tables(
+        window, caching, watermark, seed) -> None:
+    rng = random.Random(seed)
+    stacks = managers(window, caching, watermark)
+    requests: dict[str, dict[str, SchedulerRequest]] = {p: {} for p in stacks}
+    idle = 0
+    for step in range(500):
+        rid = f"r{rng.randrange(5)}"
+        prompt = [rng.randrange(3) for _ in range(rng.randrange(1, 90))]
+        if rid not in requests["fast"] and rng.random() < 0.5:
+            for p in stacks:
+                requests[p][rid] = SchedulerRequest(
+                    rid, list(prompt), block_hasher=get_request_block_hasher(BS, HASHER))
+        free_it = rng.random() < 0.03
+        num_new = 1 if rng.random() < 0.85 else rng.randrange(1, 40)
+        lookahead = rng.choice((0, 0, 0, 2))
+        in_flight = rng.choice((0, 0, 1))  # async scheduling: a token not back yet
+        token = rng.randrange(3)
+        answers = []
+        for p, m in stacks.items():
+            r = requests[p].get(rid)
+            if r is None:
+                continue
+            if free_it:
+                m.free(r)
+                del requests[p][rid]
+                answers.append(("freed",))
+            elif r.num_computed_tokens == 0 and rid not in m._live:
+                hits, n = m.get_computed_blocks(r)
+                got = m.allocate_slots(r, r.num_tokens - n, n, hits)
+                if got is not None:
+                    r.num_computed_tokens = r.num_tokens
+                    r.status = RequestStatus.RUNNING
+                answers.append(("admit", None if got is None else got.get_block_ids()))
+            else:
+                r.num_in_flight_tokens = min(in_flight, r.num_computed_tokens)
+                got = m.allocate_slots(r, num_new, num_lookahead_tokens=lookahead)
+                answers.append(("step", None if got is None else got.get_block_ids()))
+                if got is not None:
+                    idle += got.get_block_ids() == ([], [])
+                    r.num_computed_tokens += num_new
+                    if r.num_computed_tokens >= r.num_tokens:
+                        r.append_output_token_ids(token)
+        if len(answers) == 2:
+            assert answers[0] == answers[1], (step, rid, answers)
+        assert stacks["fast"].block_pool.abstract() == stacks["generic"].block_pool.abstract()
+        check_bounds(stacks["fast"])  # type: ignore[arg-type]
+    assert idle > 50
+    assert {rid: seen[:2] for rid, seen in stacks["fast"]._live.items()} == \
+        stacks["generic"]._live  # type: ignore[attr-defined]
