@@ -150,15 +150,17 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         return a["blk"], a["meta"], draw(st.booleans()), draw(small)
     if name == "unpin_blocks":
         return a["blk"], a["blk64"], a["meta"], draw(ids)
-    if name in ("lookup_blocks", "lookup_each"):
+    if name in ("lookup_blocks", "lookup_each", "lookup_run_from_end"):
         buf, lens = hash_args(draw, draw(st.integers(0, 4)))
         groups = np.array(draw(st.lists(st.sampled_from([0, 1, -1, 2**32]),
-                                        min_size=0 if name == "lookup_each" else 1,
+                                        min_size=0 if name != "lookup_blocks" else 1,
                                         max_size=2)), dtype=np.int64)
         out = np.zeros((max(1, groups.shape[0]), max(1, lens.shape[0])), np.int64)
         head = (a["ent"],) if name == "lookup_blocks" else ()
+        tail = (draw(st.integers(0, 3)), draw(st.integers(0, 3)), draw(st.integers(-1, 2))) \
+            if name == "lookup_run_from_end" else ()
         return (*head, a["keys"], a["key_bytes"], a["table"], a["meta"], buf, lens, groups,
-                out)
+                out, *tail)
     if name in ("cache_full_blocks", "allocate_and_cache"):
         cand = draw(ids)
         m = cand.shape[0]

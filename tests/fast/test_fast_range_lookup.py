@@ -85,30 +85,3 @@ def test_the_kernel_answers_as_the_composition_and_refuses_as_it(shape, groups, 
                                                                          False]
     if shape == "not-bytes-outside" and span == (2, 6) and groups == [0]:
         assert fast[0] == "ok"  # only the range is read
-
-
-def test_the_sliding_window_lookup_reads_a_window_per_pool_call() -> None:
-    """The sliding-window manager reads its positions through get_cached_blocks, a window's
-    worth at a time, last position first, and stops at the first covering run."""
-    from kvpool.policy.sliding_window import SlidingWindowManager
-    from kvpool.policy.specs import SlidingWindowSpec
-
-    pool, hashes = cached_pool("fast")
-    calls = []
-    own = pool.get_cached_blocks
-
-    def spy(*args):
-        calls.append(args[2:])
-        return own(*args)
-
-    pool.get_cached_blocks = spy
-    spec = SlidingWindowSpec(block_size=16, sliding_window=33)  # a hit: cdiv(32, 16) = 2 blocks
-    hits = SlidingWindowManager.find_longest_cache_hit(hashes, 160, [0], pool, spec, False, 16)
-    # Positions 9, 8 hit: a run of two; everything before it is null.
-    assert calls == [(8, 10)]
-    assert hits[0][:8] == [pool.null_block] * 8 and hits[0][8:] == [
-        pool.get_cached_block(h, [0])[0] for h in hashes[8:10]]
-    calls.clear()
-    hits = SlidingWindowManager.find_longest_cache_hit(hashes, 128, [0], pool, spec, False, 16)
-    # Positions 7 (evicted) then 6, 5 (a run): two calls of two positions.
-    assert calls == [(6, 8), (4, 6)] and len(hits[0]) == 7

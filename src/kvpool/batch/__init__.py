@@ -8,6 +8,8 @@ numbers included), metrics calls and watcher calls. Tests compare the two.
 
 * :func:`find_longest_cache_hit` — blocks of the longest prefix every group has cached. Pure.
 * :func:`get_cached_blocks` — ``get_cached_block`` for each position of a range. Pure.
+* :func:`cached_run_from_end` — the rightmost run of hits of a given length (a sliding
+  window's lookup). Pure.
 * :func:`admit` — a new request: lookup, admission test, touch, allocate, cache; or nothing.
   :func:`admit_into` is the same admission writing the table into the caller's array.
 * :func:`step` — one decode step: cache the blocks that filled, allocate, free finished
@@ -40,6 +42,7 @@ from kvpool.batch.checks import (
     candidates_rejection,
     check_lookup_arguments,
     check_range_lookup_arguments,
+    check_run_lookup_arguments,
     checked_step,
     coarse_hashes,
     count,
@@ -109,6 +112,47 @@ def get_cached_blocks(
         hit = pool.get_cached_block(block_hash, group_list)
         result.append(None if hit is None else [int(b) for b in hit])
     return result
+
+
+def cached_run_from_end(
+    pool: Any,
+    block_hashes: Any,
+    kv_cache_group_ids: Sequence[int],
+    stop: int,
+    run_length: int,
+    end_every: int = 1,
+    end_shift: int = 0,
+) -> tuple[int, list[list[int]]]:
+    """The rightmost run of ``run_length`` consecutive positions below ``stop`` whose hashes
+    hit in every group (``get_cached_block``) and whose last position ``p`` may end a run,
+    ``(p + 1 - end_shift) % end_every == 0``: its first position and its blocks, one list
+    per group id in the order given. Without such a run, the longest run from position 0
+    whose end may end one, possibly empty: ``(0, blocks)``.
+
+    A sliding window's hit is such a run: it needs the blocks of one window before the hit's
+    end, and the end must be where an aligned hit can end (``end_shift`` 1: an EAGLE lookup
+    drops the run's last block, so the end is one block earlier). Positions are read from
+    the end back, each at most once, and only where a run may end or one is under way.
+    Pure. O(positions read · groups).
+    """
+    ids = kv_cache_group_ids
+    groups = tuple(ids) if type(ids) is list or type(ids) is tuple else as_group_ids(ids)
+    hashes = check_run_lookup_arguments(block_hashes, groups, stop, run_length, end_every,
+                                        end_shift)
+    group_list = list(groups)
+    found: list[list[int]] = []  # the run under way, last position first
+    for p in range(len(hashes) - 1, -1, -1):
+        if not found and (p + 1 - end_shift) % end_every:
+            continue  # a run cannot end here
+        hit = pool.get_cached_block(hashes[p], group_list)
+        if hit is None:
+            found = []
+            continue
+        found.append([int(b) for b in hit])
+        if len(found) == run_length:
+            return p, [list(blocks) for blocks in zip(*reversed(found), strict=True)]
+    return 0, [list(blocks) for blocks in zip(*reversed(found), strict=True)] if found \
+        else [[] for _ in group_list]
 
 
 def _allocate(pool: Any, n: int, held: list[CallbackError]) -> list[int]:
@@ -398,6 +442,7 @@ __all__ = [
     "allocation_rejection",
     "cache_arguments_rejection",
     "cache_full_blocks_batch",
+    "cached_run_from_end",
     "check_lookup_arguments",
     "check_range_lookup_arguments",
     "coarse_hashes",

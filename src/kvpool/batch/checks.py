@@ -142,6 +142,23 @@ def check_range_lookup_arguments(block_hashes: Any, group_ids: tuple[int, ...], 
     return hashes
 
 
+def check_run_lookup_arguments(block_hashes: Any, group_ids: tuple[int, ...], stop: object,
+                               run_length: object, end_every: object,
+                               end_shift: object) -> list[bytes]:
+    """Validate ``cached_run_from_end``; return the hashes at positions ``[0, stop)``.
+
+    As :func:`check_range_lookup_arguments` for the range ``[0, stop)`` (its errors, in its
+    order), then ``run_length`` and ``end_every`` ints >= 1 and ``end_shift`` an int >= 0,
+    else InvalidArgument.
+    """
+    hashes = check_range_lookup_arguments(block_hashes, group_ids, 0, stop)
+    for name, value, least in (("run_length", run_length, 1), ("end_every", end_every, 1),
+                               ("end_shift", end_shift, 0)):
+        if not (pre.is_count(value) and value >= least):
+            raise InvalidArgument(f"{name} must be an int >= {least}, got {value!r}")
+    return hashes
+
+
 def _check_group_ids(group_ids: tuple[int, ...], verb: str) -> None:
     if not group_ids:
         raise InvalidArgument(f"{verb} needs at least one group id")

@@ -329,6 +329,8 @@ SIGNATURES: dict[str, tuple] = {
     "lookup_one": (_int, (_i64_2d, _u8_2d, _table, _bytes, _int)),
     "lookup_blocks": (_int, (_ENT, _i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d)),
     "lookup_each": (_int, (_i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d)),
+    "lookup_run_from_end": (
+        _int, (_i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d, _int, _int, _int)),
     "cache_full_blocks": (
         _int,
         (*_INDEX, _i64, _u8, _u8, _i64, _int, _int, _int, _bool, _bool),

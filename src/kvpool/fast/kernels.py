@@ -1128,6 +1128,55 @@ def lookup_each(keys, key_bytes, table, meta, buf, lens, groups, out):
     return OK
 
 
+def lookup_run_from_end(keys, key_bytes, table, meta, buf, lens, groups, out, run_length,
+                        end_every, end_shift):
+    """The rightmost run of ``run_length`` keys that hit in every group and whose last
+    position ``p`` may end one (``(p + 1 - end_shift) % end_every == 0``); without one, the
+    longest run from key 0 that ends so (:func:`kvpool.batch.cached_run_from_end` defines
+    it). Keys are read from the last one back, each at most once.
+
+    buf, lens, groups as in :func:`lookup_blocks` (the keys of positions ``[0, q)``); out
+    int64 [g, >= q]: ``out[j, i]`` the block of key ``i`` in group ``j`` for each ``i`` of
+    the run. Returns the run's first position (>= 0; M_RESULT = its end, exclusive), or
+    ``-ERR_ARGUMENT`` (``run_length`` or ``end_every`` below 1, ``end_shift`` negative, or
+    the arrays as :func:`lookup_blocks` refuses them). Pure.
+    """
+    (keys, key_bytes, table, meta, buf, lens, groups, out) = (
+        _raw(keys), _raw(key_bytes), _raw(table), _raw(meta), _raw(buf), _raw(lens),
+        _raw(groups), _raw(out))
+    meta[M_RESULT] = 0
+    if (groups.shape[0] < 1 or run_length < 1 or end_every < 1 or end_shift < 0
+            or not _lookup_arguments_ok(buf, lens, groups, out)):
+        return -ERR_ARGUMENT
+    end = 0  # the offset just past key i, walked back from the last key
+    for i in range(lens.shape[0]):
+        end += lens[i]
+    run = 0
+    for i in range(lens.shape[0] - 1, -1, -1):
+        length = lens[i]
+        end -= length
+        if run == 0 and (i + 1 - end_shift) % end_every != 0:
+            continue  # a run cannot end here (the key is not read)
+        hit = True
+        for j in range(groups.shape[0]):
+            g = groups[j]
+            kid = _find_key(keys, key_bytes, table, buf, end, length, g,
+                            _hash_key(buf, end, length, g))
+            if kid == -1:
+                hit = False
+                break
+            out[j, i] = keys[kid, K_BLOCK]
+        if not hit:
+            run = 0
+            continue
+        run += 1
+        if run == run_length:
+            meta[M_RESULT] = i + run
+            return i
+    meta[M_RESULT] = run  # the run that reaches key 0, possibly empty
+    return 0
+
+
 def lookup_one(keys, key_bytes, table, block_hash, group):
     """``get_cached_block`` for one hash and one group: the key's earliest block, or -1.
 

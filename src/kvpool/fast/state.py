@@ -347,6 +347,14 @@ class FastState:
             self.keys, self.key_bytes, self.table, self.meta, buf, lens, groups, out
         )
 
+    def lookup_run_from_end(self, buf: np.ndarray, lens: np.ndarray, groups: np.ndarray,
+                            out: np.ndarray, run_length: int, end_every: int,
+                            end_shift: int) -> int:
+        return self.kernels.lookup_run_from_end(
+            self.keys, self.key_bytes, self.table, self.meta, buf, lens, groups, out,
+            run_length, end_every, end_shift
+        )
+
     def _index(self) -> tuple[np.ndarray, ...]:
         """The arrays every index kernel takes first (kept until one of them grows)."""
         idx = self._idx

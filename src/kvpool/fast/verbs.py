@@ -184,6 +184,33 @@ class FastBatchVerbs:
         rows = out[: len(groups_t), :n].T.tolist()
         return [row if row[0] >= 0 else None for row in rows]
 
+    def cached_run_from_end(self, block_hashes: Any, kv_cache_group_ids: Sequence[int],
+                            stop: int, run_length: int, end_every: int = 1,
+                            end_shift: int = 0) -> tuple[int, list[list[int]]]:
+        """The rightmost run of ``run_length`` hits that may end where it ends; see
+        :func:`kvpool.batch.cached_run_from_end`. One kernel call (a packed companion's
+        digests read in place). O(positions read · groups)."""
+        ids = kv_cache_group_ids
+        groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else ()
+        lean = None
+        if (groups_t and set(map(type, groups_t)) == _INT_ONLY
+                and min(groups_t) >= 0 and max(groups_t) <= MAX_GROUP_ID
+                and type(block_hashes) in _HASH_LISTS and type(stop) is int
+                and type(run_length) is int and type(end_every) is int
+                and type(end_shift) is int and 0 < stop <= len(block_hashes)
+                and run_length >= 1 and end_every >= 1 and end_shift >= 0):
+            lean = self._range_buffer(block_hashes, 0, stop)
+        if lean is None:  # the checked composition: its errors, or an empty range
+            return batch.cached_run_from_end(self, block_hashes, ids, stop, run_length,
+                                             end_every, end_shift)
+        buf, lens, _ = lean
+        groups, out = self._lookup_arrays(groups_t, stop)  # type: ignore[attr-defined]
+        first = self._st.lookup_run_from_end(buf, lens, groups, out, run_length, end_every,
+                                             end_shift)
+        if first < 0:
+            raise self._internal(-first)  # type: ignore[attr-defined]
+        return first, out[: len(groups_t), first : self._st.result()].tolist()
+
     @staticmethod
     def _range_buffer(block_hashes: Any, start: int, stop: int
                       ) -> tuple[np.ndarray, np.ndarray, int] | None:

@@ -11,7 +11,7 @@ observable. Per-block facts (ref counts, whether a block has a key) come from th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kvpool import batch
@@ -30,22 +30,18 @@ def longest_prefix_hit(pool: Any, hashes: Sequence[bytes], group_ids: Sequence[i
     return batch.find_longest_cache_hit(pool, hashes, list(group_ids), max_num_blocks)
 
 
-def cached_from_end(pool: Any, hashes: Sequence[bytes], group_ids: Sequence[int], stop: int,
-                    chunk: int) -> Iterator[list[int] | None]:
-    """What ``get_cached_block(hashes[i], group_ids)`` says for ``i = stop - 1, stop - 2,
-    ..., 0``, last position first, read ``chunk`` positions per pool call (the fast pool's is
-    one kernel call): a sliding-window lookup stops at the first run of hits that covers
-    its window, usually within the first chunk. Pure."""
-    own = getattr(pool, "get_cached_blocks", None)
-    groups = list(group_ids)
-    while stop > 0:
-        start = max(0, stop - max(chunk, 1))
-        if own is not None:
-            looked_up = own(hashes, groups, start, stop)
-        else:
-            looked_up = batch.get_cached_blocks(pool, hashes, groups, start, stop)
-        yield from reversed(looked_up)
-        stop = start
+def cached_run_from_end(pool: Any, hashes: Sequence[bytes], group_ids: Sequence[int],
+                        stop: int, run_length: int, end_every: int, end_shift: int
+                        ) -> tuple[int, list[list[int]]]:
+    """The rightmost run of ``run_length`` hits below ``stop`` that may end where it ends, or
+    the run from position 0 (:func:`kvpool.batch.cached_run_from_end`): its first position
+    and its blocks per group. The fast pool's is one kernel call. Pure."""
+    own = getattr(pool, "cached_run_from_end", None)
+    if own is not None:
+        return own(hashes, list(group_ids), stop, run_length, end_every,  # type: ignore[no-any-return]
+                   end_shift)
+    return batch.cached_run_from_end(pool, hashes, list(group_ids), stop, run_length,
+                                     end_every, end_shift)
 
 
 def num_evictable(pool: Any, blocks: Sequence[int]) -> int:
@@ -80,5 +76,5 @@ def has_key(pool: Any, block: int) -> bool:
     return block != pool.null_block and pool.observe().key_tokens(block) is not None
 
 
-__all__ = ["cached_from_end", "has_key", "longest_prefix_hit", "num_evictable", "ref_cnt",
+__all__ = ["cached_run_from_end", "has_key", "longest_prefix_hit", "num_evictable", "ref_cnt",
            "ref_cnts"]

@@ -4,11 +4,12 @@ ending at itself, so a hit needs only the last window's blocks — the ones befo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from kvpool.policy.manager import SingleTypeKVCacheManager, trim_to_alignment
-from kvpool.policy.pool_access import cached_from_end
+from kvpool.policy.pool_access import cached_run_from_end
 from kvpool.policy.specs import KVCacheSpec, SlidingWindowSpec, cdiv
 
 
@@ -34,39 +35,24 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         dcp_world_size: int = 1,
         pcp_world_size: int = 1,
     ) -> tuple[list[int], ...]:
-        """Scan right to left for the rightmost run of ``contiguous_blocks_for_hit`` hits
-        whose end is aligned; everything before the run is null. Without a full run, only a
-        run touching position 0 counts. Pure."""
+        """The rightmost run of ``contiguous_blocks_for_hit`` hits whose end is aligned
+        (everything before it null); without a full run, only a run from position 0 counts,
+        trimmed to the alignment. Pure."""
         assert isinstance(kv_cache_spec, SlidingWindowSpec)
         bs = kv_cache_spec.block_size
         need = contiguous_blocks_for_hit(kv_cache_spec.sliding_window, bs, drop_eagle_block)
         max_blocks = min(max_length // bs, len(block_hashes))
+        # A run may end at block p where an aligned hit can end: (p + 1) blocks, one fewer
+        # when the EAGLE drop will take the run's last block, a multiple of the alignment.
+        end_every = alignment_tokens // math.gcd(alignment_tokens, bs)
+        if max_blocks <= 0:  # no position to read (a full-attention miss caps it at 0)
+            return tuple([] for _ in kv_cache_group_ids)
+        first, run = cached_run_from_end(block_pool, block_hashes, kv_cache_group_ids,
+                                         max_blocks, need, end_every,
+                                         1 if drop_eagle_block else 0)
         null = block_pool.null_block
-        hits = tuple([null] * max_blocks for _ in kv_cache_group_ids)
-        run = 0
-        found = False
-        # One window's worth of positions per pool call: a hit usually ends within it.
-        looked_up = cached_from_end(block_pool, block_hashes, kv_cache_group_ids, max_blocks,
-                                    need)
-        for i, cached in zip(range(max_blocks - 1, -1, -1), looked_up, strict=True):
-            if cached is None:
-                run = 0
-                continue
-            if run == 0 and bs != alignment_tokens:
-                end = i if drop_eagle_block else i + 1
-                if end * bs % alignment_tokens:
-                    continue  # a run must end where an aligned hit can end
-            for blocks, b in zip(hits, cached, strict=True):
-                blocks[i] = b
-            run += 1
-            if run >= need:
-                for blocks in hits:
-                    del blocks[i + run:]
-                found = True
-                break
-        if not found:
-            for blocks in hits:
-                del blocks[run:]
+        hits = tuple([null] * first + blocks for blocks in run)
+        if len(run[0]) < need:  # no full run: the one from position 0, aligned
             trim_to_alignment(hits, bs, alignment_tokens)
         if drop_eagle_block and hits[0]:
             for blocks in hits:
