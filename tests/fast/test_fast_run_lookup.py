@@ -9,12 +9,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from test_fast_range_lookup import cached_pool, outcome, shapes
 
 from kvpool import batch
 from kvpool.errors import KvPoolError
 from kvpool.hash_list import BlockHashList
-
-from test_fast_range_lookup import cached_pool, outcome, shapes
 
 
 def stated(pool, hashes, groups, stop, run_length, end_every, end_shift):
