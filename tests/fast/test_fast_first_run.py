@@ -107,3 +107,33 @@ def test_after_the_warm_up_an_engine_binds_no_kernel_with_events_on_or_off():
     # and whatever the model (a sliding window's lookups and Mamba's state moves call
     # kernels a full-attention engine never does).
     assert json.loads(_python(WARMED)) == []
+
+
+SLIDING = """
+import json, os
+os.environ.pop("KVPOOL_FAST_ONE_OP", None)  # packed one-op verbs, compiled in the process
+from kvpool.fast import compiled
+from kvpool.hashing import BlockHasher
+from kvpool.policy import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
+                           SlidingWindowSpec, make_kv_cache_manager)
+from kvpool.workload.serving import serve
+from kvpool.workload.simulate import HASH_SEED, _WARMUP_WORKLOAD, warm_up_manager
+warm_up_manager("fast", model="full+swa")
+heard = []
+with compiled.compile_hook(lambda name, seconds: heard.append(name)):
+    for events in (False, True):  # windows that slide in this trace: they free as they go
+        groups = (KVCacheGroupSpec(FullAttentionSpec(block_size=16)),
+                  KVCacheGroupSpec(SlidingWindowSpec(block_size=16, sliding_window=48)))
+        manager = make_kv_cache_manager(KVCacheConfig(96, groups), 4096, 16, 16,
+                                        enable_kv_cache_events=events, backend="fast")
+        manager.record_no_blocks_to_zero()
+        serve(manager, _WARMUP_WORKLOAD.generate(), block_size=16, max_running=4,
+              hasher=BlockHasher("sha256", seed=HASH_SEED))
+print(json.dumps(sorted(set(heard))))
+"""
+
+
+def test_after_a_hybrid_warm_up_a_sliding_window_compiles_nothing():
+    # The warm-up trace is shorter than the model's window: it also slides a narrow one,
+    # so the one-block frees of a window (h_free_one) compile there, not in a timed call.
+    assert json.loads(_python(SLIDING)) == []
