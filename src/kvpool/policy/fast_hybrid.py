@@ -161,10 +161,11 @@ class FastHybridKVCacheManager(FastPolicy):
         (aligned) token count that fills a group's next unkeyed block (never, without a
         prefix cache); the computed tokens at which a window would free its first block
         still held (never, with no window). A window's tables hold null blocks as a prefix
-        (positions turn null front to back), so the first one held is found by bisection."""
+        (positions turn null front to back): the first one held is where the window's rule
+        puts it for the computed tokens, else (tokens in flight, hits) found by bisection."""
         room = key_at = skip_at = _NEVER
         caching = self.enable_caching
-        for tables, num_cached, bs, _, null, fewest_skipping in self._groups:
+        for tables, num_cached, bs, skipped_tokens, null, fewest_skipping in self._groups:
             table = tables.get(rid)
             if table is None:  # not tracked here: every step takes the check
                 self._live[rid] = (num_tokens, computed, 0, 0, 0)
@@ -174,14 +175,19 @@ class FastHybridKVCacheManager(FastPolicy):
             if caching and (num_cached.get(rid, 0) + 1) * bs < key_at:
                 key_at = (num_cached.get(rid, 0) + 1) * bs
             if fewest_skipping is not None:
-                lo, hi = 0, len(table)
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if table[mid] == null:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                if lo < len(table) and fewest_skipping(lo + 1) < skip_at:
+                held = len(table)
+                lo = skipped_tokens(computed) // bs
+                if lo > held:
+                    lo = held
+                if not ((lo == 0 or table[lo - 1] == null) and (lo == held or table[lo] != null)):
+                    lo, hi = 0, held
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        if table[mid] == null:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                if lo < held and fewest_skipping(lo + 1) < skip_at:
                     skip_at = fewest_skipping(lo + 1)
         align = self._cache_alignment
         if key_at != _NEVER:  # the coordinator keys aligned lengths only
