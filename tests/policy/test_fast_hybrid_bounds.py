@@ -8,18 +8,14 @@ window's rule (``fewest_tokens_skipping``), checked here against the rule itself
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from kvpool.hashing import BlockHasher, get_request_block_hasher
+from kvpool.hashing import BlockHasher
 from kvpool.policy import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
-    RequestStatus,
-    SchedulerRequest,
     SlidingWindowSpec,
     make_kv_cache_manager,
 )
@@ -27,6 +23,8 @@ from kvpool.policy.chunked_local import ChunkedLocalAttentionManager
 from kvpool.policy.fast_base import _NEVER
 from kvpool.policy.fast_hybrid import FastHybridKVCacheManager
 from kvpool.policy.sliding_window import SlidingWindowManager
+
+from .helpers import walk_fast_beside_generic
 
 BS = 16
 HASHER = BlockHasher("sha256", seed="hybrid-bounds")
@@ -87,51 +85,7 @@ def check_bounds(m: FastHybridKVCacheManager) -> None:
 @pytest.mark.parametrize("seed", range(2))
 def test_steps_decide_as_the_generic_policy_and_bounds_stay_below_the_tables(
         window, caching, watermark, seed) -> None:
-    rng = random.Random(seed)
     stacks = managers(window, caching, watermark)
-    requests: dict[str, dict[str, SchedulerRequest]] = {p: {} for p in stacks}
-    idle = 0
-    for step in range(500):
-        rid = f"r{rng.randrange(5)}"
-        prompt = [rng.randrange(3) for _ in range(rng.randrange(1, 90))]
-        if rid not in requests["fast"] and rng.random() < 0.5:
-            for p in stacks:
-                requests[p][rid] = SchedulerRequest(
-                    rid, list(prompt), block_hasher=get_request_block_hasher(BS, HASHER))
-        free_it = rng.random() < 0.03
-        num_new = 1 if rng.random() < 0.85 else rng.randrange(1, 40)
-        lookahead = rng.choice((0, 0, 0, 2))
-        in_flight = rng.choice((0, 0, 1))  # async scheduling: a token not back yet
-        token = rng.randrange(3)
-        answers = []
-        for p, m in stacks.items():
-            r = requests[p].get(rid)
-            if r is None:
-                continue
-            if free_it:
-                m.free(r)
-                del requests[p][rid]
-                answers.append(("freed",))
-            elif r.num_computed_tokens == 0 and rid not in m._live:
-                hits, n = m.get_computed_blocks(r)
-                got = m.allocate_slots(r, r.num_tokens - n, n, hits)
-                if got is not None:
-                    r.num_computed_tokens = r.num_tokens
-                    r.status = RequestStatus.RUNNING
-                answers.append(("admit", None if got is None else got.get_block_ids()))
-            else:
-                r.num_in_flight_tokens = min(in_flight, r.num_computed_tokens)
-                got = m.allocate_slots(r, num_new, num_lookahead_tokens=lookahead)
-                answers.append(("step", None if got is None else got.get_block_ids()))
-                if got is not None:
-                    idle += got.get_block_ids() == ([], [])
-                    r.num_computed_tokens += num_new
-                    if r.num_computed_tokens >= r.num_tokens:
-                        r.append_output_token_ids(token)
-        if len(answers) == 2:
-            assert answers[0] == answers[1], (step, rid, answers)
-        assert stacks["fast"].block_pool.abstract() == stacks["generic"].block_pool.abstract()
-        check_bounds(stacks["fast"])  # type: ignore[arg-type]
+    idle = walk_fast_beside_generic(stacks, seed, 500, check_bounds,  # type: ignore[arg-type]
+                                    max_prompt=90, vocabulary=3, in_flight=True)
     assert idle > 50
-    assert {rid: seen[:2] for rid, seen in stacks["fast"]._live.items()} == \
-        stacks["generic"]._live  # type: ignore[attr-defined]

@@ -64,7 +64,7 @@ from numba.extending import intrinsic, overload, register_jitable
 from kvpool.fast import kernels
 
 _INLINED = frozenset((
-    "_hash_key", "_key_equals", "_find_key",  # the probe
+    "_hash_key", "_key_equals", "_find_key", "_hit_in_every_group",  # the probe
     "_prefetch_eviction", "_remove_all_keys", "_unlink_from_key",  # eviction, per block
     "_table_delete", "_free_key_row", "_emit",
     "_new_key", "_table_insert", "_slot", "_add_entry", "_link_at_key_tail",  # insertion

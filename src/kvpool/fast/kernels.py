@@ -1092,6 +1092,19 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
     return OK
 
 
+def _hit_in_every_group(keys, key_bytes, table, buf, off, length, groups, out, i):
+    """Whether the key ``buf[off:off+length]`` is cached in every group; ``out[j, i]`` gets
+    its block in group ``j`` for each group read (up to the first miss)."""
+    for j in range(groups.shape[0]):
+        g = groups[j]
+        kid = _find_key(keys, key_bytes, table, buf, off, length, g,
+                        _hash_key(buf, off, length, g))
+        if kid == -1:
+            return False
+        out[j, i] = keys[kid, K_BLOCK]
+    return True
+
+
 def lookup_each(keys, key_bytes, table, meta, buf, lens, groups, out):
     """``get_cached_block`` for every key, each on its own (a miss does not end the scan).
 
@@ -1110,16 +1123,7 @@ def lookup_each(keys, key_bytes, table, meta, buf, lens, groups, out):
     hits = 0
     for i in range(lens.shape[0]):
         length = lens[i]
-        hit = True
-        for j in range(groups.shape[0]):
-            g = groups[j]
-            kid = _find_key(keys, key_bytes, table, buf, off, length, g,
-                            _hash_key(buf, off, length, g))
-            if kid == -1:
-                hit = False
-                break
-            out[j, i] = keys[kid, K_BLOCK]
-        if hit:
+        if _hit_in_every_group(keys, key_bytes, table, buf, off, length, groups, out, i):
             hits += 1
         else:
             out[0, i] = -1
@@ -1157,16 +1161,7 @@ def lookup_run_from_end(keys, key_bytes, table, meta, buf, lens, groups, out, ru
         end -= length
         if run == 0 and (i + 1 - end_shift) % end_every != 0:
             continue  # a run cannot end here (the key is not read)
-        hit = True
-        for j in range(groups.shape[0]):
-            g = groups[j]
-            kid = _find_key(keys, key_bytes, table, buf, end, length, g,
-                            _hash_key(buf, end, length, g))
-            if kid == -1:
-                hit = False
-                break
-            out[j, i] = keys[kid, K_BLOCK]
-        if not hit:
+        if not _hit_in_every_group(keys, key_bytes, table, buf, end, length, groups, out, i):
             run = 0
             continue
         run += 1

@@ -46,6 +46,15 @@ _MAX_RESERVE = 2**62  # larger reserves (never admitted) take the generic path
 _GENERIC = object()  # a lean path's answer: take the generic path
 
 
+def _plain_group_ids(ids: Any) -> tuple[int, ...]:
+    """``ids`` as a tuple when it is a non-empty list or tuple of plain, valid group ids
+    (what the range lookups' lean paths take); ``()`` otherwise (the composition checks)."""
+    groups = tuple(ids) if type(ids) is list or type(ids) is tuple else ()
+    if groups and set(map(type, groups)) == _INT_ONLY and min(groups) >= 0 \
+            and max(groups) <= MAX_GROUP_ID:
+        return groups
+    return ()
+
 class _FastObserver:
     """:class:`kvpool.batch.Observer` over the fast pool's arrays (O(1) per fact)."""
 
@@ -164,11 +173,9 @@ class FastBatchVerbs:
         """``get_cached_block`` for each position of ``[start, stop)``; see
         :func:`kvpool.batch.get_cached_blocks`. One kernel call. O((stop - start) · groups)."""
         ids = kv_cache_group_ids
-        groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else ()
+        groups_t = _plain_group_ids(ids)
         lean = None
-        if (groups_t and set(map(type, groups_t)) == _INT_ONLY
-                and min(groups_t) >= 0 and max(groups_t) <= MAX_GROUP_ID
-                and type(start) is int and type(stop) is int
+        if (groups_t and type(start) is int and type(stop) is int
                 and type(block_hashes) in _HASH_LISTS and 0 <= start < stop <= len(block_hashes)):
             lean = self._range_buffer(block_hashes, start, stop)
         if lean is None:  # the checked composition: its errors, or an empty range
@@ -191,11 +198,9 @@ class FastBatchVerbs:
         :func:`kvpool.batch.cached_run_from_end`. One kernel call (a packed companion's
         digests read in place). O(positions read · groups)."""
         ids = kv_cache_group_ids
-        groups_t = tuple(ids) if type(ids) is list or type(ids) is tuple else ()
+        groups_t = _plain_group_ids(ids)
         lean = None
-        if (groups_t and set(map(type, groups_t)) == _INT_ONLY
-                and min(groups_t) >= 0 and max(groups_t) <= MAX_GROUP_ID
-                and type(block_hashes) in _HASH_LISTS and type(stop) is int
+        if (groups_t and type(block_hashes) in _HASH_LISTS and type(stop) is int
                 and type(run_length) is int and type(end_every) is int
                 and type(end_shift) is int and 0 < stop <= len(block_hashes)
                 and run_length >= 1 and end_every >= 1 and end_shift >= 0):

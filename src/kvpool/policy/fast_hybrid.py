@@ -174,7 +174,7 @@ class FastHybridKVCacheManager(FastPolicy):
                 room = len(table) * bs
             if caching and (num_cached.get(rid, 0) + 1) * bs < key_at:
                 key_at = (num_cached.get(rid, 0) + 1) * bs
-            if fewest_skipping is not None:
+            if skipped_tokens is not None and fewest_skipping is not None:
                 held = len(table)
                 lo = skipped_tokens(computed) // bs
                 if lo > held:
