@@ -1080,13 +1080,8 @@ def lookup_blocks(ent, keys, key_bytes, table, meta, buf, lens, groups, out):
     off = 0
     for i in range(lens.shape[0]):
         length = lens[i]
-        for j in range(groups.shape[0]):
-            g = groups[j]
-            kid = _find_key(keys, key_bytes, table, buf, off, length, g,
-                            _hash_key(buf, off, length, g))
-            if kid == -1:
-                return OK
-            out[j, i] = keys[kid, K_BLOCK]
+        if not _hit_in_every_group(keys, key_bytes, table, buf, off, length, groups, out, i):
+            return OK
         off += length
         meta[M_RESULT] = i + 1
     return OK
