@@ -222,7 +222,7 @@ def run(models: tuple[str, ...] = MODELS, backends: tuple[str, ...] = ("referenc
         # Warm-up, not timed: a short prefix of the trace on a small pool, so that eviction
         # and preemption paths run too, and kvpool's own start-up warm-up, as an engine runs
         # it (Numba compiles, or loads, every kernel the model's calls use here; the
-        # trace's prefix alone leaves a sliding window's range lookup to the first round).
+        # trace's prefix alone leaves a sliding window's run lookup to the first round).
         warm_blocks = 2 * (max_model_len // BLOCK + 2)
         for name, build, make in facades:
             if name != "vllm":

@@ -55,6 +55,7 @@ def _plain_group_ids(ids: Any) -> tuple[int, ...]:
         return groups
     return ()
 
+
 class _FastObserver:
     """:class:`kvpool.batch.Observer` over the fast pool's arrays (O(1) per fact)."""
 

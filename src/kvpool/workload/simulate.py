@@ -211,7 +211,7 @@ def warm_up_engine(backend: str = "fast", *, block_size: int = 16,
                    hash_algorithm: str = "sha256") -> float:
     """:func:`warm_up_manager` for every model shape (:data:`~kvpool.workload.models.MODELS`),
     as an engine warms up before it knows its model: a hybrid's lookups and Mamba's state
-    moves use kernels a full-attention replay never calls (the sliding window's range
+    moves use kernels a full-attention replay never calls (the sliding window's run
     lookup; one-block touches and frees, key releases), which would otherwise load, or
     compile, inside its first scheduler steps. The seconds it took (after the first shape,
     ~0.1 s each on a warm disk cache)."""
