@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvpool.errors import InvalidArgument
 from kvpool.hashing import BlockHasher
 from kvpool.policy import (
     ChunkedLocalAttentionSpec,
@@ -45,6 +46,9 @@ def test_fewest_tokens_skipping_inverts_the_window_rule(spec) -> None:
         fewest = manager.fewest_tokens_skipping(blocks)
         assert manager.get_num_skipped_tokens(fewest) // BS >= blocks
         assert manager.get_num_skipped_tokens(fewest - 1) // BS < blocks
+    for bad in (0, -1, 1.0, True, None):
+        with pytest.raises(InvalidArgument, match="num_blocks must be an int >= 1"):
+            manager.fewest_tokens_skipping(bad)
 
 
 def managers(window: str, caching: bool, watermark: float) -> dict[str, object]:

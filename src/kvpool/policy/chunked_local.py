@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.policy.manager import SingleTypeKVCacheManager
+from kvpool.policy.manager import SingleTypeKVCacheManager, check_blocks_to_skip
 from kvpool.policy.specs import ChunkedLocalAttentionSpec, KVCacheSpec
 
 
@@ -56,7 +56,7 @@ class ChunkedLocalAttentionManager(SingleTypeKVCacheManager):
         ``num_blocks · bs``."""
         assert isinstance(self.kv_cache_spec, ChunkedLocalAttentionSpec)
         chunk = self.kv_cache_spec.attention_chunk_size
-        return -(-num_blocks * self.block_size // chunk) * chunk
+        return -(-check_blocks_to_skip(num_blocks) * self.block_size // chunk) * chunk
 
 
 __all__ = ["ChunkedLocalAttentionManager"]

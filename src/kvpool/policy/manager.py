@@ -27,6 +27,14 @@ from kvpool.policy.pool_access import num_evictable
 from kvpool.policy.specs import KVCacheSpec, cdiv
 
 
+def check_blocks_to_skip(num_blocks: object) -> int:
+    """``num_blocks`` for :meth:`SingleTypeKVCacheManager.fewest_tokens_skipping`: an int
+    >= 1, else :class:`~kvpool.errors.InvalidArgument`."""
+    if num_blocks.__class__ is not int or num_blocks < 1:  # type: ignore[operator]
+        raise InvalidArgument(f"num_blocks must be an int >= 1, got {num_blocks!r}")
+    return num_blocks  # type: ignore[return-value]
+
+
 class SingleTypeKVCacheManager:
     """Block tables of one KV cache group; see the module docstring."""
 
@@ -282,8 +290,10 @@ class SingleTypeKVCacheManager:
     def fewest_tokens_skipping(self, num_blocks: int) -> int:
         """The fewest computed tokens whose skipped tokens cover ``num_blocks >= 1`` whole
         blocks: :meth:`get_num_skipped_tokens` inverted, where a family's rule has an
-        inverse (the windows': the hybrid fast policy bounds its idle steps with it)."""
+        inverse (the windows': the hybrid fast policy bounds its idle steps with it).
+        :class:`~kvpool.errors.InvalidArgument` for a count that is not an int >= 1."""
         raise NotImplementedError(f"{type(self).__name__} does not invert its skip rule")
+
 
     def pop_blocks_for_free(self, request_id: str) -> list[int]:
         """Forget the request; its blocks in table order (the caller frees them reversed)."""

@@ -1,7 +1,7 @@
 """The pool verbs the policy layer uses beyond the protocol's single-block ones.
 
 Managers are written once over :class:`kvpool.protocol.BlockPool`. Where a backend offers a
-batch primitive (the fast pool's one-kernel longest-hit scan and range lookup) the policy
+batch primitive (the fast pool's one-kernel longest-hit scan and run lookup) the policy
 layer calls it;
 otherwise it calls the generic composition in :mod:`kvpool.batch`, which *defines* the verb.
 Both give the same result (tests in ``tests/fast`` compare them), so which one runs is not

@@ -8,7 +8,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kvpool.policy.manager import SingleTypeKVCacheManager, trim_to_alignment
+from kvpool.policy.manager import (
+    SingleTypeKVCacheManager,
+    check_blocks_to_skip,
+    trim_to_alignment,
+)
 from kvpool.policy.pool_access import cached_run_from_end
 from kvpool.policy.specs import KVCacheSpec, SlidingWindowSpec, cdiv
 
@@ -108,7 +112,8 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         """The fewest computed tokens whose skipped tokens cover ``num_blocks >= 1`` whole
         blocks: :meth:`get_num_skipped_tokens` inverted, ``num_blocks · bs + window − 1``."""
         assert isinstance(self.kv_cache_spec, SlidingWindowSpec)
-        return num_blocks * self.block_size + self.kv_cache_spec.sliding_window - 1
+        return check_blocks_to_skip(num_blocks) * self.block_size \
+            + self.kv_cache_spec.sliding_window - 1
 
 
 __all__ = ["SlidingWindowManager", "contiguous_blocks_for_hit"]
