@@ -103,6 +103,24 @@ def step_plan(draw) -> tuple:
     return np.array(plan, dtype=np.int64), freed, buf, lens
 
 
+def group_plan(draw, held: list[int]) -> tuple:
+    """A ``group_step`` plan (released ids at its end) and its hashes: mostly a step's (held
+    blocks, released in small lists, a write or two), sometimes malformed."""
+    block = st.one_of(st.sampled_from(held), st.integers(-1, N)) if held else st.integers(-1, N)
+    lists = draw(st.lists(st.lists(block, max_size=3), max_size=2))
+    writes = draw(st.lists(block, max_size=2))
+    hashes = [block_hash(f"k{draw(st.integers(0, 4))}", draw(st.sampled_from([32, 16, 0])))
+              for _ in writes]
+    plan = [len(lists), *map(len, lists), len(writes)]
+    for b, h in zip(writes, hashes, strict=True):
+        plan += [b, draw(st.integers(-1, 3)), draw(st.sampled_from([0, 1, -1, 2**32])), len(h)]
+    plan += [b for ids in lists for b in ids]
+    if draw(st.integers(0, 9)) == 0:  # a truncated plan
+        plan = plan[: draw(st.integers(0, len(plan)))]
+    buf = np.frombuffer(b"".join(hashes), np.uint8).copy()
+    return np.array(plan, dtype=np.int64), buf
+
+
 def index_arrays(a: dict) -> tuple:
     """The arrays every hash-index kernel takes first, from the array dict ``a``."""
     return (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"],
@@ -144,6 +162,10 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     if name == "take_and_key":
         return (*index, a["out"], draw(st.integers(0, 4)), draw(small), draw(one_hash),
                 draw(st.integers(-1, 3)), draw(st.sampled_from([0, 1, -1, 2**32])))
+    if name == "group_step":
+        held = [b for b in range(1, N) if a["blk"][b, kernels.REF] > 0]
+        return (*index, a["out"], draw(st.booleans()), *group_plan(draw, held),
+                draw(st.integers(-1, 4)), draw(st.integers(-1, 2)))
     if name == "free_blocks":
         return a["blk"], a["meta"], draw(st.booleans()), draw(st.booleans()), draw(ids)
     if name == "free_one":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from kvpool.errors import CachingDisabled, HashStateError
@@ -251,3 +253,21 @@ def test_mamba_align_sizing_counts_the_external_block_so_nothing_fails_half_way(
     assert [len(g) for g in out.get_block_ids()] == [2, 1]
     assert [len(t) for t in m2.get_block_ids("a")] == [4, 2]
     assert m2.block_pool.get_num_free_blocks() == 0
+
+
+@pytest.mark.parametrize("window", [20, 33, 64, 200])
+@pytest.mark.parametrize("sbs", [None, 16, 32, 64])
+@pytest.mark.parametrize("retention", [None, 0, 128])
+@pytest.mark.parametrize("eagle", [False, True])
+def test_keys_every_block_means_no_write_is_ever_masked(window, sbs, retention, eagle) -> None:
+    """``keys_every_block`` (the hybrid fast policy skips the mask when it holds) is true
+    exactly when every range's mask is ``None``; the base rule always keys every block."""
+    spec = SlidingWindowSpec(block_size=16, sliding_window=window)
+    m = SlidingWindowManager.__new__(SlidingWindowManager)  # the rule reads these alone
+    m.kv_cache_spec, m.block_size, m.scheduler_block_size, m.use_eagle = spec, 16, sbs, eagle
+    request = SimpleNamespace(num_prompt_tokens=300)
+    masks = [m.write_mask(request, start, stop, retention)
+             for start in range(12) for stop in range(start + 1, 14)]
+    assert m.keys_every_block(retention) == all(mask is None for mask in masks)
+    full = FullAttentionManager.__new__(FullAttentionManager)
+    assert full.keys_every_block(retention)

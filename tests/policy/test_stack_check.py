@@ -26,13 +26,15 @@ def test_backends_agree_through_the_whole_stack(name) -> None:
     assert report.ok, report.failure
     assert report.coverage["allocations"] > 100
     served = name in ("full", "full-quiet", "full-eagle", "full-watermark", "full+swa",
-                      "full+chunked", "2full+swa", "nocache")
+                      "full+swa-quiet", "full+chunked-quiet", "full+chunked", "2full+swa",
+                      "nocache")
     assert ("fast-policy" in report.backends) == served
     assert ("fast-policy" in report.skipped) == (not served)
 
 
 @pytest.mark.parametrize("name", ["full", "full-quiet", "full-eagle", "full-watermark",
-                                  "full+swa", "2full+swa", "full+chunked"])
+                                  "full+swa", "full+swa-quiet", "full+chunked-quiet",
+                                  "2full+swa", "full+chunked"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_the_fast_policy_decides_as_the_generic_one(name, seed) -> None:
     """Longer walks of the fast policy against the generic one on the reference pool."""

@@ -351,6 +351,7 @@ SIGNATURES: dict[str, tuple] = {
     ),
     "cache_one": (_int, (*_INDEX, _int, _bytes, _int, _int, _bool)),
     "take_and_key": (_int, (*_INDEX, _i64, _int, _int, _bytes, _int, _int)),
+    "group_step": (_int, (*_INDEX, _i64, _bool, _i64, _u8, _int, _int)),
     "cache_partial_block": (_int, (*_INDEX, _int, _u8, _int, _int, _bool, _bool)),
     "move_block_hashes": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i64, _int, _int)),
     "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _bool)),

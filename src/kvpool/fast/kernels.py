@@ -1387,6 +1387,125 @@ def take_and_key(blk, blk64, ent, keys, key_bytes, table, meta, events, out, n, 
     return int(out[0])
 
 
+def group_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, caching, plan, buf,
+               n, reserve):
+    """A running request's step across a hybrid model's groups, on a pool without events and
+    without pending watchers: :func:`free_blocks` of each release list in turn, then, when
+    ``n + reserve`` blocks are free, :func:`get_new_blocks_quiet` of ``n`` blocks and
+    :func:`cache_one` of each write. The generic policy's order (windows free, every group
+    takes, every group keys) in one call; every part is checked before any runs.
+
+    plan int64: ``[t, <t list lengths>, w, <w writes: block, table position, group, hash
+    length>, <the release lists back to back>]`` (each list freed in its order, as one
+    ``free_blocks`` call: its own front batch); buf uint8: the writes' hashes back to back.
+    A write's block is held (not one released or popped here) and has no key yet: the block
+    that filled. out int64 [>= n] receives the new ids.
+
+    Returns OK, or a code with nothing changed: ERR_ARGUMENT, ERR_CAPACITY, ERR_BLOCK_ID,
+    ERR_DOUBLE_FREE (a released block that is free), ERR_FREE_BLOCK, ERR_KEYED, ERR_NO_FREE
+    (fewer than ``n + reserve`` free blocks after the releases: the caller's budget refuses),
+    NEED_FULL (a watcher is pending, a block listed twice, a write on a keyed block). The
+    caller then runs the verbs, which do it or say why. ``events`` is never written.
+    """
+    (blk, blk64, ent, keys, key_bytes, table, meta, out, plan, buf) = (
+        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
+        _raw(meta), _raw(out), _raw(plan), _raw(buf))
+    size = plan.shape[0]
+    if size < 2 or n < 0 or reserve < 0:
+        return ERR_ARGUMENT
+    t = plan[0]
+    if t < 0 or t > size - 2:
+        return ERR_ARGUMENT
+    released = 0
+    for j in range(1, t + 1):
+        if plan[j] < 0 or plan[j] > STEP_LIMIT:
+            return ERR_ARGUMENT
+        released += plan[j]
+    w = plan[t + 1]
+    if w < 0 or w > STEP_LIMIT or size != t + 2 + 4 * w + released:
+        return ERR_ARGUMENT
+    freed = plan[t + 2 + 4 * w :]
+    first_write = t + 2
+    end_writes = first_write + 4 * w
+    hash_bytes = 0
+    longest = 0
+    for i in range(first_write, end_writes, 4):
+        length = plan[i + 3]
+        if plan[i + 1] < 0 or plan[i + 1] > POSITION_LIMIT or plan[i + 2] < 0 \
+                or plan[i + 2] > 0xFFFFFFFF or length < 0 or length > buf.shape[0]:
+            return ERR_ARGUMENT
+        hash_bytes += length
+        if length > longest:
+            longest = length
+    if hash_bytes != buf.shape[0] or (w > 0 and not caching):
+        return ERR_ARGUMENT
+    if n > out.shape[0]:
+        return ERR_CAPACITY
+    if meta[M_NUM_WATCHERS] > 0:
+        return NEED_FULL
+    num_blocks = blk.shape[0] - 2
+    if _first_bad_id(freed, num_blocks) >= 0:
+        return ERR_BLOCK_ID
+    for i in range(first_write, end_writes, 4):
+        if plan[i] <= 0 or plan[i] >= num_blocks:
+            return ERR_BLOCK_ID
+    # MARK flags every block named so far: a second mention declines.
+    code = OK
+    zeroed = 0  # released blocks that reach ref 0 and rejoin the queue
+    for i in range(freed.shape[0]):
+        b = freed[i]
+        if b != 0:
+            if blk[b, MARK] != 0:
+                code = NEED_FULL
+                break
+            if blk[b, REF] == 0:
+                code = ERR_DOUBLE_FREE
+                break
+            blk[b, MARK] = 1
+            if blk[b, REF] == 1:
+                zeroed += 1
+    if code == OK:
+        for i in range(first_write, end_writes, 4):
+            b = plan[i]
+            if blk[b, MARK] != 0 or _first(blk, b) != -1:
+                code = NEED_FULL
+            else:
+                code = _candidate_refusal(blk, blk64, b, plan[i + 1], 1)
+            if code != OK:
+                break
+            blk[b, MARK] = 1
+    for i in range(freed.shape[0]):
+        blk[freed[i], MARK] = 0
+    for i in range(first_write, end_writes, 4):
+        blk[plan[i], MARK] = 0
+    if code != OK:
+        return code
+    if reserve > meta[M_NUM_FREE] + zeroed - n:
+        return ERR_NO_FREE
+    if w > 0 and not _room_for(ent, keys, key_bytes, table, meta, blk64, w, longest, False):
+        return ERR_CAPACITY
+    meta[M_EV_LEN] = 0
+    meta[M_FIRED_LEN] = 0
+    start = 0
+    for j in range(1, t + 1):
+        cursor = num_blocks  # each list is one free_blocks call: its front batch at the head
+        for x in range(start, start + plan[j]):
+            b = freed[x]
+            if b != 0:
+                cursor = _release(blk, b, caching, cursor)
+        start += plan[j]
+    meta[M_NUM_FREE] += zeroed
+    # No watcher is pending and no events: fired and events are never written.
+    _pop_front(blk, blk64, ent, keys, table, meta, blk64, out, out, n, caching, False)
+    off = 0
+    for i in range(first_write, end_writes, 4):
+        length = plan[i + 3]
+        _key_unkeyed_block(blk, blk64, ent, keys, key_bytes, table, meta, plan[i], buf, off,
+                           length, plan[i + 2], plan[i + 1] + 1)
+        off += length
+    return OK
+
+
 def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, out, cand,
                        num_old, first_new, mask, buf, lens, n, num_cached, ratio, group,
                        use_mask, events_on, dry_run):

@@ -321,6 +321,55 @@ class FastBlockPool(FastBatchVerbs, FastCore):
             return None
         return self._out[:n].tolist()
 
+    def group_step(self, releases: Sequence[list[int]], num_new_blocks: int, reserve: int,
+                   writes: Sequence[tuple[int, bytes, int, int]]) -> list[int] | None:
+        """``free_blocks(ids)`` for each list of ``releases`` in turn; then, when
+        ``num_new_blocks + reserve`` blocks are free, ``new = get_new_blocks(num_new_blocks)``
+        and, for each write ``(block, block_hash, position, group)``, the one-block
+        ``cache_full_blocks`` of ``block`` at table ``position`` keyed ``block_hash`` (block
+        size = hash block size) — in one kernel call (:func:`~kvpool.fast.kernels.
+        group_step`): a running request's step across a hybrid model's groups, in the
+        generic policy's order. Returns ``new``, or ``None`` with nothing changed when it
+        does not run so: the pool reports events, has no prefix cache, a metrics collector
+        or a pending watcher, fewer free blocks than asked (the caller's budget refuses),
+        or an argument that is not the plain case (a write's block released, not held or
+        already keyed, an id twice, a count or id out of range, a hash that is not
+        ``bytes``); the caller then runs the verbs, which do it or say why.
+        O(released + new + written)."""
+        n = num_new_blocks
+        st = self._st
+        if (self._delivering or not st._quiet_first or self.metrics_collector is not None
+                or n.__class__ is not int or reserve.__class__ is not int
+                or not 0 <= n <= self.num_gpu_blocks or reserve < 0):
+            return None
+        plan: list[Any] = [len(releases)]
+        for ids in releases:
+            if ids.__class__ is not list:
+                return None
+            plan.append(len(ids))
+        plan.append(len(writes))
+        hashes = []
+        for b, h, position, group in writes:
+            # Only ints: numpy would turn True or 1.5 into an id.
+            if (h.__class__ is not bytes or b.__class__ is not int
+                    or position.__class__ is not int or group.__class__ is not int):
+                return None
+            plan += (b, position, group, len(h))
+            hashes.append(h)
+        for ids in releases:
+            if ids:
+                if set(map(type, ids)) != _INT_ONLY:
+                    return None
+                plan += ids
+        try:
+            plan_arr = np.array(plan, np.int64)
+        except OverflowError:
+            return None
+        buf = np.frombuffer(b"".join(hashes), np.uint8) if hashes else st.no_mask
+        if (st._group_step or st.group_step_kernel())(plan_arr, buf, n, reserve) != k.OK:
+            return None
+        return self._out[:n].tolist() if n else []
+
     def _event_before(self, request: Any, hashes: Any, num_cached: int, num_full: int,
                       block_size: int, group: int) -> tuple[Any, int]:
         """A cache write's ``BlockStored`` and the sequence number it carries, built before

@@ -98,6 +98,7 @@ class FastState:
         self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
         self._cache_one: Callable[..., int] | None = None  # cache_one_kernel(), likewise
         self._take_and_key: Callable[..., int] | None = None  # take_and_key_kernel(), too
+        self._group_step: Callable[..., int] | None = None  # group_step_kernel(), too
         self.no_ids = np.empty(0, np.int64)
         # (group, hash bits, seq) per removal reported (report_removals): one per record
         self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
@@ -125,7 +126,7 @@ class FastState:
     _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS,
                 "kernels", "pop_unkeyed", "pop_unkeyed_into", "free", "check_free", "touch",
                 "pop_quiet", "pop_reported", "_cache_full", "_cache_one", "_take_and_key",
-                "_batch")
+                "_group_step", "_batch")
     """Attributes a copy rebuilds instead of copying: the jitclass, the kernel set and every
     verb bound to compiled entry points (none of them can be pickled)."""
 
@@ -223,7 +224,7 @@ class FastState:
         """Forget the index arrays' tuple and every kernel bound over it (an array moved, or
         this is a copy): each is bound again on its next use."""
         self._idx = self._batch = self._cache_full = self._cache_one = None
-        self._take_and_key = None
+        self._take_and_key = self._group_step = None
 
     def _bind_pop_quiet(self, n: int) -> int:
         ks = self.kernels
@@ -410,6 +411,16 @@ class FastState:
         if fn is None:
             fn = self._take_and_key = partial(self.kernels.take_and_key, *self._index(),
                                               self.out)
+        return fn
+
+    def group_step_kernel(self) -> Callable[..., int]:
+        """``group_step(plan, buf, n, reserve)`` with the index arrays, ``out`` and
+        the caching flag bound (rebound when an array grows): a hybrid model's running step
+        on a quiet pool. It refuses (nothing changed) where the verbs must run."""
+        fn = self._group_step
+        if fn is None:
+            fn = self._group_step = partial(self.kernels.group_step, *self._index(), self.out,
+                                            self.enable_caching)
         return fn
 
     def _batch_kernels(self) -> tuple[Any, Any, Any]:

@@ -30,6 +30,19 @@ class FastHybridKVCacheManager(FastPolicy):
                          None if _never_skips(m) else m.fewest_tokens_skipping)
                         for m in managers]
         self._frees = self.coordinator.frees_skipped_blocks
+        # The step as one pool call (_one_call_step), where the pool has it and every group
+        # keys at the hash block size. Per group: tables, keyed counts, block size, window
+        # rule, null block, group id, write mask (None: the base rule, every block keyed),
+        # the zeroing record, the partial hits pending.
+        self._group_step = getattr(self.block_pool, "group_step", None) if all(
+            m.block_size == self.block_pool.hash_block_size for m in managers) else None
+        self._step_groups = [
+            (m.req_to_blocks, m.num_cached_block, m.block_size,
+             None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block,
+             m.kv_cache_group_id,
+             None if m.keys_every_block(self.coordinator.retention_interval) else m.write_mask,
+             m._note_new_blocks, m._partial_hit_reqs)
+            for m in managers]
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
         self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
             else 1
@@ -119,6 +132,11 @@ class FastHybridKVCacheManager(FastPolicy):
         every group's new blocks, the coordinator's aligned cache write — without the
         facade's and the coordinator's checks and fan-out around them."""
         rid = request.request_id
+        if self._group_step is not None:
+            done = self._one_call_step(request, rid, computed, total, main, need, num_tokens,
+                                       in_flight, delay_cache_blocks, has_scheduled_reqs)
+            if done is not None:
+                return done
         managers = self._managers
         # Freed even if the budget then refuses (as in the generic step), behind the
         # processed tokens: the blocks behind tokens still in flight are still read.
@@ -139,6 +157,85 @@ class FastHybridKVCacheManager(FastPolicy):
             self.coordinator.cache_blocks(request, main if main < num_tokens else num_tokens)
         self._record(rid, num_tokens, computed)
         return self._blocks(new)
+
+    def _one_call_step(self, request: Any, rid: str, computed: int, total: int, main: int,
+                       need: int, num_tokens: int, in_flight: int, delay_cache_blocks: bool,
+                       has_scheduled_reqs: bool) -> Any:
+        """:meth:`_step` as one pool call (``group_step``: the windows' frees, every group's
+        new blocks, every group's one-block write, in the generic order), the tables and
+        counts then updated as the managers update them. ``None`` with nothing changed when
+        the step is not one it takes — a write of more than one block or of a block taken
+        now (chunked prefill, speculative tokens), a partial hit's copy pending — or the
+        pool declines it (events on, too few free blocks: then the budget refuses, which
+        :meth:`_step` says after its frees, as the generic step does)."""
+        processed = processed_tokens(total, in_flight)
+        caching = self.enable_caching and not delay_cache_blocks
+        cached_tokens = 0
+        if caching:
+            cached_tokens = main if main < num_tokens else num_tokens
+            cached_tokens -= cached_tokens % self._cache_alignment
+        hashes = request.block_hashes
+        releases: list[list[int]] = []
+        nulled: list[tuple[list[int], int, int, Any]] = []  # (table, first, stop, null)
+        counts: list[int] = []
+        writes: list[tuple[int, bytes, int, int]] = []
+        keyed: list[tuple[dict[str, int], int]] = []
+        num_new = 0
+        for tables, num_cached, bs, skipped_tokens, null, group, write_mask, _, partial \
+                in self._step_groups:
+            table = tables.get(rid)
+            if table is None or partial and rid in partial:
+                return None
+            held = len(table)
+            first = stop = 0
+            if skipped_tokens is not None:  # positions turn null front to back
+                stop = skipped_tokens(processed) // bs
+                if stop > held:
+                    stop = held
+                first = stop
+                while first > 0 and table[first - 1] != null:
+                    first -= 1
+                if first < stop:
+                    releases.append(table[first:stop][::-1])  # tail first
+                    nulled.append((table, first, stop, null))
+            n = -(-need // bs) - held
+            n = n if n > 0 else 0
+            counts.append(n)
+            num_new += n
+            full = cached_tokens // bs
+            cached = num_cached.get(rid, 0)
+            if full > cached:
+                if full != cached + 1 or full > held or full > len(hashes):
+                    return None
+                keyed.append((num_cached, full))
+                b = table[cached]
+                if b != null and not first <= cached < stop and (
+                        write_mask is None
+                        or (write_mask(request, cached, full,
+                                       self.coordinator.retention_interval) or (True,))[0]):
+                    writes.append((b, hashes[cached], cached, group))
+        reserve = 0
+        if has_scheduled_reqs and request.status in self.watermark_statuses:
+            reserve = self.watermark_blocks
+        group_step = self._group_step
+        new = None if group_step is None else group_step(releases, num_new, reserve, writes)
+        if new is None:
+            return None
+        for table, first, stop, null in nulled:
+            table[first:stop] = [null] * (stop - first)
+        parts = []
+        start = 0
+        for group_state, n in zip(self._step_groups, counts, strict=True):
+            part = new[start:start + n]
+            if part:
+                group_state[0][rid].extend(part)
+                group_state[7](part)  # recorded for zeroing, as the manager records them
+            parts.append(part)
+            start += n
+        for num_cached, full in keyed:
+            num_cached[rid] = full
+        self._record(rid, num_tokens, computed)
+        return self._blocks(parts)
 
     def _under_watermark(self, request: Any, has_scheduled_reqs: bool) -> bool:
         """Whether the watermark refuses this step (checked at every step, idle or not)."""
@@ -170,12 +267,14 @@ class FastHybridKVCacheManager(FastPolicy):
             if table is None:  # not tracked here: every step takes the check
                 self._live[rid] = (num_tokens, computed, 0, 0, 0)
                 return
-            if len(table) * bs < room:
-                room = len(table) * bs
-            if caching and (num_cached.get(rid, 0) + 1) * bs < key_at:
-                key_at = (num_cached.get(rid, 0) + 1) * bs
+            held = len(table)
+            if held * bs < room:
+                room = held * bs
+            if caching:
+                keys = (num_cached.get(rid, 0) + 1) * bs
+                if keys < key_at:
+                    key_at = keys
             if skipped_tokens is not None and fewest_skipping is not None:
-                held = len(table)
                 lo = skipped_tokens(computed) // bs
                 if lo > held:
                     lo = held
@@ -187,8 +286,10 @@ class FastHybridKVCacheManager(FastPolicy):
                             lo = mid + 1
                         else:
                             hi = mid
-                if lo < held and fewest_skipping(lo + 1) < skip_at:
-                    skip_at = fewest_skipping(lo + 1)
+                if lo < held:
+                    skips = fewest_skipping(lo + 1)
+                    if skips < skip_at:
+                        skip_at = skips
         align = self._cache_alignment
         if key_at != _NEVER:  # the coordinator keys aligned lengths only
             key_at = -(-key_at // align) * align

@@ -230,15 +230,27 @@ class SingleTypeKVCacheManager:
         num_full = num_tokens // self.block_size
         if num_cached >= num_full:
             return
-        mask = self.reachable_block_mask(
-            num_cached, num_full, self.scheduler_block_size, self.kv_cache_spec,
-            self.use_eagle, retention_interval, request.num_prompt_tokens,
-        )
+        mask = self.write_mask(request, num_cached, num_full, retention_interval)
         self.block_pool.cache_full_blocks(
             request, self.req_to_blocks.get(rid, []), num_cached, num_full, self.block_size,
             self.kv_cache_group_id, mask,
         )
         self.num_cached_block[rid] = num_full
+
+    def write_mask(self, request: Any, num_cached: int, num_full: int,
+                   retention_interval: int | None = None) -> list[bool] | None:
+        """Which candidates ``[num_cached, num_full)`` of the request's cache write are
+        keyed (:meth:`reachable_block_mask` for this group); ``None`` = all of them."""
+        return self.reachable_block_mask(
+            num_cached, num_full, self.scheduler_block_size, self.kv_cache_spec,
+            self.use_eagle, retention_interval, request.num_prompt_tokens,
+        )
+
+    def keys_every_block(self, retention_interval: int | None = None) -> bool:
+        """Whether :meth:`write_mask` is ``None`` for every write of this group (the hybrid
+        fast policy then skips it): the base rule's, which keys every block."""
+        rule = type(self).reachable_block_mask.__func__  # type: ignore[attr-defined]
+        return rule is SingleTypeKVCacheManager.reachable_block_mask.__func__  # type: ignore[attr-defined]
 
     @classmethod
     def reachable_block_mask(

@@ -78,9 +78,9 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         """Key only blocks a future aligned hit can use: the last ``need`` blocks of each
         segment (the alignment, or the retention interval), plus the run ending at the
         prompt's replay boundary when retention is on."""
-        if alignment_tokens is None:
+        if cls._keys_every_block(alignment_tokens, kv_cache_spec, use_eagle, retention_interval):
             return None
-        assert isinstance(kv_cache_spec, SlidingWindowSpec)
+        assert isinstance(kv_cache_spec, SlidingWindowSpec) and alignment_tokens is not None
         bs = kv_cache_spec.block_size
         need = contiguous_blocks_for_hit(kv_cache_spec.sliding_window, bs, use_eagle)
         shift = 1 if use_eagle else 0
@@ -91,8 +91,6 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             segment = None if retention_interval == 0 else retention_interval
         if segment is not None:
             per_segment = segment // bs
-            if need >= per_segment:
-                return None
             for i in range(start_block, end_block):
                 if i >= shift and (i - shift) % per_segment >= per_segment - need:
                     mask[i - start_block] = True
@@ -102,6 +100,22 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
             for i in range(max(start_block, end - need), min(end_block, end)):
                 mask[i - start_block] = True
         return mask
+
+    @staticmethod
+    def _keys_every_block(alignment_tokens: int | None, kv_cache_spec: KVCacheSpec,
+                          use_eagle: bool, retention_interval: int | None) -> bool:
+        """Whether the mask keys every block, whatever the range: no alignment, or an
+        aligned segment (without retention) no longer than the run a hit needs."""
+        if alignment_tokens is None:
+            return True
+        assert isinstance(kv_cache_spec, SlidingWindowSpec)
+        bs = kv_cache_spec.block_size
+        need = contiguous_blocks_for_hit(kv_cache_spec.sliding_window, bs, use_eagle)
+        return retention_interval is None and need >= alignment_tokens // bs
+
+    def keys_every_block(self, retention_interval: int | None = None) -> bool:
+        return self._keys_every_block(self.scheduler_block_size, self.kv_cache_spec,
+                                      self.use_eagle, retention_interval)
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Tokens before the window of the next token: ``max(0, n − window + 1)``."""

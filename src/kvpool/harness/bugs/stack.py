@@ -289,6 +289,24 @@ def _fast_hybrid_room_one_block_more(m: Any) -> None:
     m._record = broken
 
 
+def _fast_hybrid_one_call_frees_head_first(m: Any) -> None:
+    # The one-call step hands each window's skipped blocks over head first, not tail first.
+    group_step = m._group_step
+    m._group_step = lambda releases, n, reserve, writes: group_step(
+        [ids[::-1] for ids in releases], n, reserve, writes)
+
+
+def _fast_hybrid_one_call_new_blocks_reversed(m: Any) -> None:
+    # The one-call step deals the new blocks out to the groups from the wrong end.
+    group_step = m._group_step
+
+    def broken(*args: Any) -> Any:
+        new = group_step(*args)
+        return None if new is None else new[::-1]
+
+    m._group_step = broken
+
+
 def _fast_step_frees_the_window_after_allocating(m: Any) -> None:
     # The collapsed step sizes and allocates before the windows' skipped blocks are freed:
     # its budget misses the blocks the generic step frees first.
@@ -540,6 +558,13 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      "hybrid fast policy: the idle test reads no keyed count, so a step "
                      "that must key a block is called idle",
                      _fast_idle_step_ignores_unaligned_keys, policy="fast"),
+    PlantedPolicyBug("fast-hybrid-one-call-frees-head-first", "full+swa-quiet",
+                     "hybrid fast policy: the one-call step frees a window's skipped blocks "
+                     "head first", _fast_hybrid_one_call_frees_head_first, policy="fast"),
+    PlantedPolicyBug("fast-hybrid-one-call-new-blocks-reversed", "full+swa-quiet",
+                     "hybrid fast policy: the one-call step deals the new blocks to the "
+                     "groups from the wrong end", _fast_hybrid_one_call_new_blocks_reversed,
+                     policy="fast"),
     PlantedPolicyBug("fast-step-frees-the-window-after-allocating", "full+swa",
                      "hybrid fast policy: a step allocates before its window's skipped "
                      "blocks are freed", _fast_step_frees_the_window_after_allocating,

@@ -95,6 +95,16 @@ CONFIGURATIONS: dict[str, StackConfiguration] = {c.name: c for c in (
         (_g(FullAttentionSpec(block_size=32)),
          _g(SlidingWindowSpec(block_size=16, sliding_window=40))),
         num_blocks=64, scheduler_block_size=32),
+    # Quiet hybrids, every group at the hash block size: the hybrid fast policy's running
+    # steps as one pool call (group_step), under a watermark in the second.
+    StackConfiguration(
+        "full+swa-quiet",
+        (_g(FULL), _g(SlidingWindowSpec(block_size=16, sliding_window=40))),
+        num_blocks=64, kv_events=False),
+    StackConfiguration(
+        "full+chunked-quiet",
+        (_g(FULL), _g(ChunkedLocalAttentionSpec(block_size=16, attention_chunk_size=64))),
+        num_blocks=56, kv_events=False, watermark=0.05),
     StackConfiguration(
         "full+mamba",
         (_g(FULL), _g(MambaSpec(block_size=32, mamba_cache_mode="align"))),
