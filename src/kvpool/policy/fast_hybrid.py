@@ -11,6 +11,10 @@ from typing import Any
 
 from kvpool.policy.facade import processed_tokens, tokens_in_flight
 from kvpool.policy.fast_base import _NEVER, _NO_GROUPS, _ZERO, HYBRID, FastPolicy, _never_skips
+from kvpool.policy.pool_access import num_evictable
+
+_INT = {int}
+_DECLINED = object()  # _one_call_step: not a step it takes (nothing changed)
 
 
 class FastHybridKVCacheManager(FastPolicy):
@@ -43,6 +47,7 @@ class FastHybridKVCacheManager(FastPolicy):
              None if m.keys_every_block(self.coordinator.retention_interval) else m.write_mask,
              m._note_new_blocks, m._partial_hit_reqs)
             for m in managers]
+        self._no_hits: tuple[Any, ...] = tuple(() for _ in managers)
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
         self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
             else 1
@@ -107,6 +112,12 @@ class FastHybridKVCacheManager(FastPolicy):
                 need = main + num_lookahead_tokens
                 if need > max_len:
                     need = max_len
+                if self._group_step is not None:
+                    done = self._one_call_step(request, rid, computed, total, main, need,
+                                               num_tokens, in_flight, delay_cache_blocks,
+                                               has_scheduled_reqs)
+                    if done is not _DECLINED:
+                        return done
                 # Idle behind the computed tokens is idle behind the processed ones: fewer
                 # tokens can only free less.
                 if self._idle(rid, total, main, need, num_tokens, delay_cache_blocks):
@@ -117,11 +128,121 @@ class FastHybridKVCacheManager(FastPolicy):
                 if all(rid in m.num_cached_block for m in self._managers):
                     return self._step(request, computed, total, main, need, num_tokens,
                                       in_flight, delay_cache_blocks, has_scheduled_reqs)
+        elif (seen is None and num_external_computed_tokens is _ZERO
+              and num_encoder_tokens is _ZERO and skip_zeroing_group_ids is _NO_GROUPS
+              and num_new_tokens.__class__ is int and num_new_tokens > 0
+              and num_lookahead_tokens.__class__ is int and num_lookahead_tokens >= 0
+              and reserved_blocks.__class__ is int and reserved_blocks >= 0
+              and num_new_computed_tokens.__class__ is int and num_new_computed_tokens >= 0):
+            hits = self._plain_hits(request, num_new_computed_tokens, new_computed_blocks)
+            if hits is not None:
+                return self._admit(request, num_new_tokens, num_new_computed_tokens,
+                                   new_computed_blocks, hits, num_lookahead_tokens,
+                                   delay_cache_blocks, full_sequence_must_fit,
+                                   reserved_blocks, has_scheduled_reqs)
         return super().allocate_slots(
             request, num_new_tokens, num_new_computed_tokens, new_computed_blocks,
             num_lookahead_tokens, num_external_computed_tokens, delay_cache_blocks,
             num_encoder_tokens, full_sequence_must_fit, reserved_blocks, has_scheduled_reqs,
             skip_zeroing_group_ids)
+
+    # -- admission ----------------------------------------------------------------------
+
+    def _plain_hits(self, request: Any, num_new_computed_tokens: int,
+                    new_computed_blocks: Any) -> tuple[Any, ...] | None:
+        """The hits of a new request's admission, per group, when every check of the
+        generic one plainly passes: the request holds nothing, its counts are plain ints,
+        every group's hits are ints of this pool covering exactly the computed tokens.
+        ``None`` for anything else (the generic policy then decides or refuses)."""
+        rid = request.request_id
+        computed = request.num_computed_tokens
+        if computed.__class__ is not int or computed < 0 or any(
+                rid in tables or rid in num_cached
+                for tables, num_cached, *_ in self._step_groups):
+            return None
+        if self._frees:
+            in_flight = tokens_in_flight(request)
+            if in_flight.__class__ is not int or in_flight < 0:
+                return None
+        if new_computed_blocks is None or new_computed_blocks is self.empty_kv_cache_blocks:
+            return None if num_new_computed_tokens else self._no_hits
+        ids = self.hit_block_ids(new_computed_blocks)
+        if ids is None or len(ids) != len(self._step_groups) or not self.enable_caching:
+            return None
+        n = self.block_pool.num_gpu_blocks
+        for blocks, group_state in zip(ids, self._step_groups, strict=True):
+            if (blocks.__class__ is not list
+                    or len(blocks) * group_state[2] != num_new_computed_tokens):
+                return None
+            if blocks and (set(map(type, blocks)) != _INT or min(blocks) < 0
+                           or max(blocks) >= n):
+                return None
+        return tuple(ids)
+
+    def _admit(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int,
+               new_computed_blocks: Any, hits: tuple[Any, ...], num_lookahead_tokens: int,
+               delay_cache_blocks: bool, full_sequence_must_fit: bool, reserved_blocks: int,
+               has_scheduled_reqs: bool) -> Any:
+        """A new request's admission with plainly valid arguments (:meth:`_plain_hits`):
+        the generic steps on the managers — the gate, the budget, the hits installed,
+        every group's new blocks, the cache write — without the facade's checks and the
+        coordinator's fan-out, and with a free cached hit counted only when the budget's
+        answer depends on it (:meth:`_fits`). A new request holds no table, so no window
+        has a block to free and no group a block to check."""
+        rid = request.request_id
+        managers = self._managers
+        local = request.num_computed_tokens + num_new_computed_tokens
+        max_len = self.max_model_len
+        total = local if local < max_len else max_len
+        watermark = 0
+        if has_scheduled_reqs and request.status in self.watermark_statuses:
+            watermark = self.watermark_blocks
+        pool = self.block_pool
+        if full_sequence_must_fit:
+            full = request.num_tokens if request.num_tokens < max_len else max_len
+            if not self._fits(*self._blocks_to_allocate(rid, full, hits, total, full, True,
+                                                        local),
+                              watermark, pool.get_num_free_blocks()):
+                return None
+        main = total + num_new_tokens
+        need = main + num_lookahead_tokens
+        if need > max_len:
+            need = max_len
+        if not self._fits(*self._blocks_to_allocate(rid, need, hits, local, main, False, local),
+                          watermark, pool.get_num_free_blocks() - reserved_blocks):
+            return None
+        if hits is not self._no_hits:  # as the generic step: hits given, even if empty
+            for manager, blocks in zip(managers, hits, strict=True):
+                manager.add_local_computed_blocks(rid, blocks, local, 0)
+        new = tuple([m.allocate_new_blocks(rid, need, main) for m in managers])
+        self._note_allocation(request)
+        if self.enable_caching and not delay_cache_blocks:
+            self.coordinator.cache_blocks(request, main if main < request.num_tokens
+                                          else request.num_tokens)
+        return self._blocks(new)
+
+    def _blocks_to_allocate(self, rid: str, num_tokens: int, hits: tuple[Any, ...],
+                            total_computed: int, main: int, admission_cap: bool,
+                            local: int) -> tuple[int, list[int]]:
+        """Every group's :meth:`~kvpool.policy.manager.SingleTypeKVCacheManager.
+        blocks_to_allocate`, summed: the blocks taken and the hits touched."""
+        needed = 0
+        touched: list[int] = []
+        for manager, blocks in zip(self._managers, hits, strict=True):
+            new, kept = manager.blocks_to_allocate(rid, num_tokens, blocks, total_computed,
+                                                   main, admission_cap, local)
+            needed += new
+            touched += kept
+        return needed, touched
+
+    def _fits(self, needed: int, touched: list[int], watermark: int, free: int) -> bool:
+        """Whether ``needed`` blocks, the watermark and the touched hits that are free
+        cached candidates fit in ``free``; those hits are counted only when the answer
+        depends on them (counting costs more than the rest of the budget)."""
+        wanted = needed + watermark
+        if touched and wanted <= free < wanted + len(touched):
+            wanted += num_evictable(self.block_pool, touched)
+        return wanted <= free
 
     def _step(self, request: Any, computed: int, total: int, main: int, need: int,
               num_tokens: int, in_flight: int, delay_cache_blocks: bool,
@@ -132,11 +253,6 @@ class FastHybridKVCacheManager(FastPolicy):
         every group's new blocks, the coordinator's aligned cache write — without the
         facade's and the coordinator's checks and fan-out around them."""
         rid = request.request_id
-        if self._group_step is not None:
-            done = self._one_call_step(request, rid, computed, total, main, need, num_tokens,
-                                       in_flight, delay_cache_blocks, has_scheduled_reqs)
-            if done is not None:
-                return done
         managers = self._managers
         # Freed even if the budget then refuses (as in the generic step), behind the
         # processed tokens: the blocks behind tokens still in flight are still read.
@@ -161,13 +277,15 @@ class FastHybridKVCacheManager(FastPolicy):
     def _one_call_step(self, request: Any, rid: str, computed: int, total: int, main: int,
                        need: int, num_tokens: int, in_flight: int, delay_cache_blocks: bool,
                        has_scheduled_reqs: bool) -> Any:
-        """:meth:`_step` as one pool call (``group_step``: the windows' frees, every group's
-        new blocks, every group's one-block write, in the generic order), the tables and
-        counts then updated as the managers update them. ``None`` with nothing changed when
-        the step is not one it takes — a write of more than one block or of a block taken
-        now (chunked prefill, speculative tokens), a partial hit's copy pending — or the
-        pool declines it (events on, too few free blocks: then the budget refuses, which
-        :meth:`_step` says after its frees, as the generic step does)."""
+        """A running request's step past its bounds, as one pool call (``group_step``: the
+        windows' frees, every group's new blocks, every group's one-block write, in the
+        generic order), the tables and counts then updated as the managers update them;
+        an idle step (nothing to free, take or key) without a pool call. ``_DECLINED``
+        with nothing changed when the step is not one it takes — a write of more than one
+        block or of a block taken now (chunked prefill, speculative tokens), a partial
+        hit's copy pending, a request some group does not track — or the pool declines it
+        (too few free blocks: the budget then refuses, which :meth:`_step` says after its
+        frees, as the generic step does)."""
         processed = processed_tokens(total, in_flight)
         caching = self.enable_caching and not delay_cache_blocks
         cached_tokens = 0
@@ -184,8 +302,8 @@ class FastHybridKVCacheManager(FastPolicy):
         for tables, num_cached, bs, skipped_tokens, null, group, write_mask, _, partial \
                 in self._step_groups:
             table = tables.get(rid)
-            if table is None or partial and rid in partial:
-                return None
+            if table is None or partial and rid in partial or rid not in num_cached:
+                return _DECLINED
             held = len(table)
             first = stop = 0
             if skipped_tokens is not None:  # positions turn null front to back
@@ -206,7 +324,7 @@ class FastHybridKVCacheManager(FastPolicy):
             cached = num_cached.get(rid, 0)
             if full > cached:
                 if full != cached + 1 or full > held or full > len(hashes):
-                    return None
+                    return _DECLINED
                 keyed.append((num_cached, full))
                 b = table[cached]
                 if b != null and not first <= cached < stop and (
@@ -214,13 +332,18 @@ class FastHybridKVCacheManager(FastPolicy):
                         or (write_mask(request, cached, full,
                                        self.coordinator.retention_interval) or (True,))[0]):
                     writes.append((b, hashes[cached], cached, group))
+        if not (releases or num_new or keyed):  # idle: the generic step changes nothing
+            if self._under_watermark(request, has_scheduled_reqs):
+                return None
+            self._record(rid, num_tokens, computed)
+            return self.empty_kv_cache_blocks
         reserve = 0
         if has_scheduled_reqs and request.status in self.watermark_statuses:
             reserve = self.watermark_blocks
         group_step = self._group_step
         new = None if group_step is None else group_step(releases, num_new, reserve, writes)
         if new is None:
-            return None
+            return _DECLINED
         for table, first, stop, null in nulled:
             table[first:stop] = [null] * (stop - first)
         parts = []

@@ -92,6 +92,24 @@ class SingleTypeKVCacheManager:
         """Blocks an allocation for ``num_tokens`` slots takes from the free count,
         counting the hits it will touch out of the queue (evictable hits), plus the
         copy-on-write block of a hit that ends inside a block (§10.4)."""
+        new, touched = self.blocks_to_allocate(
+            request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+            num_tokens_main_model, apply_admission_cap, num_local_computed_tokens)
+        return new + num_evictable(self.block_pool, touched)
+
+    def blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[int],
+        total_computed_tokens: int,
+        num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
+        num_local_computed_tokens: int | None = None,
+    ) -> tuple[int, Sequence[int]]:
+        """:meth:`get_num_blocks_to_allocate` in its two parts: the blocks the allocation
+        takes, and the hits it touches (each one a free cached candidate takes one more
+        block from the free count; a fast policy counts them only when that decides)."""
         required = cdiv(num_tokens, self.block_size)
         if apply_admission_cap and self._max_admission_blocks_per_request is not None:
             required = min(required, self._max_admission_blocks_per_request)
@@ -101,14 +119,14 @@ class SingleTypeKVCacheManager:
                 raise InvalidArgument(
                     f"request {request_id!r} is already running; it takes no new hits"
                 )
-            return max(required - held, 0)
+            return max(required - held, 0), ()
         skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         new = max(required - max(skipped, len(new_computed_blocks) + held), 0)
         # Hits that fall out of the window are never touched, so they take nothing.
         first_kept = max(0, skipped - held)
         if self.has_partial_local_hit(new_computed_blocks, num_local_computed_tokens):
             new += 1  # the private copy that replaces the shared tail block
-        return new + num_evictable(self.block_pool, new_computed_blocks[first_kept:])
+        return new, new_computed_blocks[first_kept:]
 
     def has_partial_local_hit(self, new_computed_blocks: Sequence[int],
                               num_local_computed_tokens: int | None) -> bool:

@@ -307,6 +307,12 @@ def _fast_hybrid_one_call_new_blocks_reversed(m: Any) -> None:
     m._group_step = broken
 
 
+def _fast_hybrid_admission_ignores_free_cached_hits(m: Any) -> None:
+    # The collapsed admission's budget never counts the hits its touches take out of the
+    # free queue.
+    m._fits = lambda needed, touched, watermark, free: needed + watermark <= free
+
+
 def _fast_step_frees_the_window_after_allocating(m: Any) -> None:
     # The collapsed step sizes and allocates before the windows' skipped blocks are freed:
     # its budget misses the blocks the generic step frees first.
@@ -564,6 +570,10 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("fast-hybrid-one-call-new-blocks-reversed", "full+swa-quiet",
                      "hybrid fast policy: the one-call step deals the new blocks to the "
                      "groups from the wrong end", _fast_hybrid_one_call_new_blocks_reversed,
+                     policy="fast"),
+    PlantedPolicyBug("fast-hybrid-admission-ignores-free-cached-hits", "full+swa-quiet",
+                     "hybrid fast policy: an admission's budget leaves out the free cached "
+                     "hits it touches", _fast_hybrid_admission_ignores_free_cached_hits,
                      policy="fast"),
     PlantedPolicyBug("fast-step-frees-the-window-after-allocating", "full+swa",
                      "hybrid fast policy: a step allocates before its window's skipped "
