@@ -88,7 +88,10 @@ def walk_fast_beside_generic(stacks: dict[str, KVCacheManager], seed: int, steps
                 if got is not None:
                     r.num_computed_tokens = r.num_tokens
                     r.status = RequestStatus.RUNNING
-                answers.append(("admit", None if got is None else got.get_block_ids()))
+                # (what the lookup reports uncached in common: vLLM 0.33 reads it)
+                uncached = getattr(m.coordinator, "num_uncached_common_prefix_tokens", None)
+                answers.append(("admit", n, uncached,
+                                None if got is None else got.get_block_ids()))
             else:  # a running step, now and then past max_model_len (the generic caps it)
                 if in_flight:
                     r.num_in_flight_tokens = min(flying, r.num_computed_tokens)

@@ -8,15 +8,18 @@ window's rule (``fewest_tokens_skipping``), checked here against the rule itself
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kvpool.errors import InvalidArgument
-from kvpool.hashing import BlockHasher
+from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.policy import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
+    SchedulerRequest,
     SlidingWindowSpec,
     make_kv_cache_manager,
 )
@@ -24,6 +27,7 @@ from kvpool.policy.chunked_local import ChunkedLocalAttentionManager
 from kvpool.policy.fast_base import _NEVER
 from kvpool.policy.fast_hybrid import FastHybridKVCacheManager
 from kvpool.policy.sliding_window import SlidingWindowManager
+from kvpool.policy.stats import PrefixCacheStats
 
 from .helpers import walk_fast_beside_generic
 
@@ -93,3 +97,39 @@ def test_steps_decide_as_the_generic_policy_and_bounds_stay_below_the_tables(
     idle = walk_fast_beside_generic(stacks, seed, 500, check_bounds,  # type: ignore[arg-type]
                                     max_prompt=90, vocabulary=3, in_flight=True)
     assert idle > 50
+
+
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_lookups_answer_as_the_generic_policy(window) -> None:
+    """``get_computed_blocks`` (one probe when the full-attention group's first block
+    misses) against the generic lookup: the hits, the hit tokens, what the coordinator
+    reports uncached in common, the stats — on prompts that share nothing, a first block,
+    or more, while the cache fills and windows lose blocks."""
+    stacks = managers(window, caching=True, watermark=0.0)
+    for m in stacks.values():
+        m.prefix_cache_stats = PrefixCacheStats()
+    rng = random.Random(5)
+    make = get_request_block_hasher(BS, HASHER)
+    probed = uncached = 0
+    for i in range(120):
+        shared = [rng.randrange(3)] * rng.choice((0, 8, 20, 40, 70))  # a system prompt
+        prompt = shared + [100 + i] * rng.randrange(1, 60)
+        admit, evict = rng.random() < 0.5, rng.random() < 0.3  # (one draw, both stacks)
+        answers = []
+        for m in stacks.values():
+            r = SchedulerRequest(f"q{i}", list(prompt), block_hasher=make)
+            hits, n = m.get_computed_blocks(r)
+            answers.append((m.hit_block_ids(hits), n,
+                            m.coordinator.num_uncached_common_prefix_tokens,
+                            vars(m.prefix_cache_stats)))
+            got = m.allocate_slots(r, r.num_tokens - n, n, hits if n else None) \
+                if admit else None
+            if got is not None:
+                r.num_computed_tokens = r.num_tokens
+                m.free(r)  # its blocks stay cached ...
+                if evict:  # ... but for the window's new ones: a later hit runs shorter
+                    m.block_pool.evict_blocks(got.get_block_ids()[1])
+        assert answers[0] == answers[1], (i, answers)
+        probed += answers[0][1] == 0
+        uncached += answers[0][2] > 0
+    assert 10 < probed < 110 and uncached > 3, (probed, uncached)

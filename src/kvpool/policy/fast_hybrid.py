@@ -48,6 +48,12 @@ class FastHybridKVCacheManager(FastPolicy):
              m._note_new_blocks, m._partial_hit_reqs)
             for m in managers]
         self._no_hits: tuple[Any, ...] = tuple(() for _ in managers)
+        # get_computed_blocks' one probe: the first spec group's ids when it is full
+        # attention keyed at the hash block size (the hybrid coordinator, caching on).
+        first = getattr(self.coordinator, "attention_groups", None)
+        self._first_block_probe = list(first[0].group_ids) if (
+            self.enable_caching and first and first[0].is_full_attention
+            and first[0].spec.block_size == self.block_pool.hash_block_size) else None
         # The hybrid coordinator keys only lengths aligned to the scheduler block size.
         self._cache_alignment = self.coordinator.scheduler_block_size if len(managers) > 1 \
             else 1
@@ -57,6 +63,23 @@ class FastHybridKVCacheManager(FastPolicy):
                          for m in self.coordinator.single_type_managers)
         return (f"FastHybridKVCacheManager(policy=fast, running steps collapsed, groups={specs}, "
                 f"blocks={self.block_pool.num_gpu_blocks})")
+
+    def get_computed_blocks(self, request: Any) -> tuple[Any, int]:
+        """The generic lookup, but a prompt whose first block misses in the first spec
+        group — full attention, which holds every hit from position 0 — is answered with
+        one probe: the coordinator's fixed point starts at that group's hit, 0, so every
+        group hits nothing (and no lookup ran longer: nothing uncached in common)."""
+        probe = self._first_block_probe
+        if probe is not None and not request.skip_reading_prefix_cache:
+            hashes = request.block_hashes
+            if (hashes and hashes[0].__class__ is bytes
+                    and self.block_pool.get_cached_block(hashes[0], probe) is None):
+                self.coordinator.num_uncached_common_prefix_tokens = 0
+                if self.prefix_cache_stats is not None:
+                    self.prefix_cache_stats.record(request.num_tokens, 0,
+                                                   request.num_preemptions > 0)
+                return self.empty_kv_cache_blocks, 0
+        return super().get_computed_blocks(request)
 
     def allocate_slots(
         self,
