@@ -21,6 +21,9 @@ Beyond the protocol:
 * :meth:`FastBlockPool.take_and_key` — a running step's block boundary (take blocks, key the
   one that filled) in one kernel call, or ``None`` with nothing changed where the two verbs
   must run (the fast policy's, :mod:`kvpool.policy.fast`);
+* :meth:`FastBlockPool.group_step` — a hybrid model's running step (the windows' frees,
+  every group's new blocks, every group's filled block keyed) in one kernel call, or
+  ``None`` with nothing changed (the hybrid fast policy's, :mod:`kvpool.policy.fast_hybrid`);
 * :meth:`FastBlockPool.check_invariants`, :meth:`FastBlockPool.memory_bytes`.
 """
 
@@ -357,10 +360,10 @@ class FastBlockPool(FastBatchVerbs, FastCore):
             plan += (b, position, group, len(h))
             hashes.append(h)
         for ids in releases:
-            if ids:
-                if set(map(type, ids)) != _INT_ONLY:
+            for b in ids:  # (a window frees a block or two per step)
+                if b.__class__ is not int:
                     return None
-                plan += ids
+            plan += ids
         try:
             plan_arr = np.array(plan, np.int64)
         except OverflowError:
