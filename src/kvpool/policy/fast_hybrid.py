@@ -34,12 +34,14 @@ class FastHybridKVCacheManager(FastPolicy):
                          None if _never_skips(m) else m.fewest_tokens_skipping)
                         for m in managers]
         self._frees = self.coordinator.frees_skipped_blocks
-        # The step as one pool call (_one_call_step), where the pool has it and every group
-        # keys at the hash block size. Per group: tables, keyed counts, block size, window
-        # rule, null block, group id, write mask (None: the base rule, every block keyed),
-        # the zeroing record, the partial hits pending.
-        self._group_step = getattr(self.block_pool, "group_step", None) if all(
-            m.block_size == self.block_pool.hash_block_size for m in managers) else None
+        # The step as one pool call (_one_call_step), where the pool serves it (a prefix
+        # cache, no events) and every group keys at the hash block size. Per group: tables,
+        # keyed counts, block size, window rule, null block, group id, write mask (None:
+        # every block keyed), the zeroing record, the partial hits pending.
+        pool = self.block_pool
+        self._group_step = getattr(pool, "group_step", None) if (
+            pool.enable_caching and not pool.enable_kv_cache_events
+            and all(m.block_size == pool.hash_block_size for m in managers)) else None
         self._step_groups = [
             (m.req_to_blocks, m.num_cached_block, m.block_size,
              None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block,
@@ -349,11 +351,10 @@ class FastHybridKVCacheManager(FastPolicy):
                 if full != cached + 1 or full > held or full > len(hashes):
                     return _DECLINED
                 keyed.append((num_cached, full))
-                b = table[cached]
-                if b != null and not first <= cached < stop and (
-                        write_mask is None
-                        or (write_mask(request, cached, full,
-                                       self.coordinator.retention_interval) or (True,))[0]):
+                b = table[cached]  # null if the window skipped it, now or before
+                mask = None if write_mask is None else write_mask(
+                    request, cached, full, self.coordinator.retention_interval)
+                if b != null and not first <= cached < stop and (mask is None or mask[0]):
                     writes.append((b, hashes[cached], cached, group))
         if not (releases or num_new or keyed):  # idle: the generic step changes nothing
             if self._under_watermark(request, has_scheduled_reqs):
