@@ -76,7 +76,7 @@ class FastHybridKVCacheManager(FastPolicy):
             hashes = request.block_hashes
             if (hashes and hashes[0].__class__ is bytes
                     and self.block_pool.get_cached_block(hashes[0], probe) is None):
-                self.coordinator.num_uncached_common_prefix_tokens = 0
+                self.coordinator.num_uncached_common_prefix_tokens = 0  # type: ignore[attr-defined]
                 if self.prefix_cache_stats is not None:
                     self.prefix_cache_stats.record(request.num_tokens, 0,
                                                    request.num_preemptions > 0)
