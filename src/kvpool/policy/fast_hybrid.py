@@ -41,6 +41,7 @@ class FastHybridKVCacheManager(FastPolicy):
         pool = self.block_pool
         self._group_step = getattr(pool, "group_step", None) if (
             pool.enable_caching and not pool.enable_kv_cache_events
+            and getattr(pool, "metrics_collector", None) is None
             and all(m.block_size == pool.hash_block_size for m in managers)) else None
         self._step_groups = [
             (m.req_to_blocks, m.num_cached_block, m.block_size,
@@ -120,8 +121,11 @@ class FastHybridKVCacheManager(FastPolicy):
                     and in_flight.__class__ is int and in_flight >= 0:
                 # Most decode steps: under the three bounds the last allocation recorded
                 # (_record; uncapped counts, which only overstate what the step needs).
+                # Windows free behind the processed tokens: the computed ones less those
+                # in flight (async scheduling's window free comes a step after the
+                # computed count crosses the bound).
                 main = computed + num_new_tokens
-                if (main + num_lookahead_tokens <= seen[2] and computed < seen[4]
+                if (main + num_lookahead_tokens <= seen[2] and computed - in_flight < seen[4]
                         and ((main if main < num_tokens else num_tokens) < seen[3]
                              or delay_cache_blocks)):
                     if self.watermark_blocks and self._under_watermark(request,
@@ -239,12 +243,46 @@ class FastHybridKVCacheManager(FastPolicy):
         if hits is not self._no_hits:  # as the generic step: hits given, even if empty
             for manager, blocks in zip(managers, hits, strict=True):
                 manager.add_local_computed_blocks(rid, blocks, local, 0)
+        cached = main if main < request.num_tokens else request.num_tokens
+        if self._group_step is not None and not delay_cache_blocks:
+            return self._take_and_key_groups(request, rid, need, main, cached)
         new = tuple([m.allocate_new_blocks(rid, need, main) for m in managers])
         self._note_allocation(request)
         if self.enable_caching and not delay_cache_blocks:
-            self.coordinator.cache_blocks(request, main if main < request.num_tokens
-                                          else request.num_tokens)
+            self.coordinator.cache_blocks(request, cached)
         return self._blocks(new)
+
+    def _take_and_key_groups(self, request: Any, rid: str, need: int, main: int,
+                             cached: int) -> Any:
+        """Every group's new blocks and cache write, group by group, each one pool call
+        (``take_and_key``) where the pool takes it, else the manager's two calls. On a
+        quiet pool (no events, no metrics collector) this order leaves what the generic
+        order (every group takes, then every group keys) leaves: a pop never takes a held
+        block, and a key it evicts loses the same entry before or after the write that
+        joins it (its other entries keep their order)."""
+        aligned = cached - cached % self._cache_alignment
+        pool = self.block_pool
+        retention = self.coordinator.retention_interval
+        parts = []
+        for manager, (tables, num_cached, bs, _, _, group, write_mask, note, _) in zip(
+                self._managers, self._step_groups, strict=True):
+            table = tables.setdefault(rid, [])
+            n = -(-need // bs) - len(table)
+            full = aligned // bs
+            keyed = num_cached.get(rid, 0)
+            taken = None
+            if n > 0 and full > keyed and write_mask is None:
+                taken = pool.take_and_key(request, table, n, keyed, full, bs, group)
+            if taken is not None:
+                table.extend(taken)
+                note(taken)  # recorded for zeroing, as the manager records them
+                num_cached[rid] = full
+                parts.append(taken)
+            else:
+                parts.append(manager.allocate_new_blocks(rid, need, main))
+                manager.cache_blocks(request, aligned, retention)
+        self._note_allocation(request)
+        return self._blocks(parts)
 
     def _blocks_to_allocate(self, rid: str, num_tokens: int, hits: tuple[Any, ...],
                             total_computed: int, main: int, admission_cap: bool,
@@ -403,7 +441,7 @@ class FastHybridKVCacheManager(FastPolicy):
         keyed counts only rise and windows only null more while a request holds blocks, so
         a bound read later is only too low: the tokens every group's table takes; the
         (aligned) token count that fills a group's next unkeyed block (never, without a
-        prefix cache); the computed tokens at which a window would free its first block
+        prefix cache); the processed tokens at which a window would free its first block
         still held (never, with no window). A window's tables hold null blocks as a prefix
         (positions turn null front to back): the first one held is where the window's rule
         puts it for the computed tokens, else (tokens in flight, hits) found by bisection."""

@@ -313,6 +313,20 @@ def _fast_hybrid_admission_ignores_free_cached_hits(m: Any) -> None:
     m._fits = lambda needed, touched, watermark, free: needed + watermark <= free
 
 
+def _fast_hybrid_admission_keys_a_block_short(m: Any) -> None:
+    # The collapsed admission's one-call take-and-key leaves each group's last full block
+    # unkeyed while the keyed count says it is keyed.
+    pool = m.block_pool
+    take_and_key = pool.take_and_key
+
+    def broken(request: Any, table: Any, n: int, num_cached: int, num_full: int,
+               block_size: int, group: int) -> Any:
+        return take_and_key(request, table, n, num_cached, max(num_cached + 1, num_full - 1),
+                            block_size, group)
+
+    pool.take_and_key = broken
+
+
 def _fast_step_frees_the_window_after_allocating(m: Any) -> None:
     # The collapsed step sizes and allocates before the windows' skipped blocks are freed:
     # its budget misses the blocks the generic step frees first.
@@ -574,6 +588,10 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
     PlantedPolicyBug("fast-hybrid-admission-ignores-free-cached-hits", "full+swa-quiet",
                      "hybrid fast policy: an admission's budget leaves out the free cached "
                      "hits it touches", _fast_hybrid_admission_ignores_free_cached_hits,
+                     policy="fast"),
+    PlantedPolicyBug("fast-hybrid-admission-keys-a-block-short", "full+swa-quiet",
+                     "hybrid fast policy: an admission's one-call take-and-key leaves a "
+                     "group's last full block unkeyed", _fast_hybrid_admission_keys_a_block_short,
                      policy="fast"),
     PlantedPolicyBug("fast-step-frees-the-window-after-allocating", "full+swa",
                      "hybrid fast policy: a step allocates before its window's skipped "
