@@ -47,6 +47,25 @@ def assert_sound(pool: FastBlockPool) -> None:
     assert pool._st.guards_intact()
 
 
+def fused_or_definition(fast: Any, spec: Any, fused: str, fused_args: tuple,
+                        definition: Any, definition_args: tuple) -> tuple:
+    """The fused verb ``fast.<fused>(*fused_args)``, which returns ``None`` when it
+    declines, against its definition: a decline leaves ``fast`` as it was and
+    ``definition(fast, *definition_args)`` runs instead; the definition also runs on the
+    spec pool; outcomes and states must agree. Returns whether the fused verb served, and
+    the outcome (``("ok", result)`` or the definition's)."""
+    before = fast.abstract()
+    got = getattr(fast, fused)(*fused_args)
+    if got is None:
+        assert fast.abstract() == before
+        mine = definition(fast, *definition_args)
+    else:
+        mine = ("ok", got)
+    assert mine == definition(spec, *definition_args)
+    assert fast.abstract() == spec.abstract()
+    return got is not None, mine
+
+
 def outcome(pool: Any, name: str, args: tuple, kwargs: dict) -> tuple:
     """``("ok", result)`` or ``("error", type, message)`` of one call."""
     try:

@@ -11,7 +11,7 @@ import random
 
 import numpy as np
 import pytest
-from fast_twin import assert_sound, fast_pool, request_with_hashes
+from fast_twin import assert_sound, fast_pool, fused_or_definition, request_with_hashes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fast_kernel_twins import (
@@ -91,18 +91,11 @@ def test_group_step_is_the_verbs_or_declines_changing_nothing(jit, seed) -> None
         for _ in range(40):
             releases, nulled, n, reserve, writes = draw_step(rng, tables, keyed)
             plan = [(tables[g][p], request.block_hashes[p], p, g) for g, p in writes]
-            before = fast.abstract()
-            got = fast.group_step(releases, n, reserve, plan)
-            if got is None:
-                declined += 1
-                assert fast.abstract() == before
-                mine = the_verbs(fast, request, tables, releases, n, reserve, writes)
-            else:
-                served += 1
-                mine = ("ok", got)
-            theirs = the_verbs(spec, request, tables, releases, n, reserve, writes)
-            assert mine == theirs
-            assert fast.abstract() == spec.abstract()
+            ok, mine = fused_or_definition(
+                fast, spec, "group_step", (releases, n, reserve, plan),
+                the_verbs, (request, tables, releases, n, reserve, writes))
+            served += ok
+            declined += not ok
             assert_sound(fast)
             if mine[0] == "error":  # a doctored step: start the request over
                 break
