@@ -121,6 +121,11 @@ def test_sliding_window_reachability_mask_keeps_each_segments_tail() -> None:
     assert SlidingWindowManager.reachable_block_mask(0, 8, 64, spec, True) == \
         [False, False, True, True, True, False, True, True]
     assert SlidingWindowManager.reachable_block_mask(0, 8, 16, spec, False) is None
+    # A retention interval no longer than a hit's run keys every block, EAGLE or not.
+    for eagle in (False, True):
+        assert SlidingWindowManager.reachable_block_mask(0, 8, 64, spec, eagle, 32) is None
+    assert SlidingWindowManager.reachable_block_mask(0, 4, 64, spec, False, 0, 100) == \
+        [False, False, True, True]  # retention 0: only the run ending at the boundary
 
 
 def test_chunked_local_hit_nulls_everything_before_the_current_chunk() -> None:

@@ -104,14 +104,18 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
     @staticmethod
     def _keys_every_block(alignment_tokens: int | None, kv_cache_spec: KVCacheSpec,
                           use_eagle: bool, retention_interval: int | None) -> bool:
-        """Whether the mask keys every block, whatever the range: no alignment, or an
-        aligned segment (without retention) no longer than the run a hit needs."""
+        """Whether the mask keys every block, whatever the range: no alignment, or a
+        segment (the alignment, or the retention interval) no longer than the run a hit
+        needs."""
         if alignment_tokens is None:
             return True
+        if retention_interval == 0:  # retention without segments: the replay boundary's run
+            return False
+        segment = alignment_tokens if retention_interval is None else retention_interval
         assert isinstance(kv_cache_spec, SlidingWindowSpec)
         bs = kv_cache_spec.block_size
-        need = contiguous_blocks_for_hit(kv_cache_spec.sliding_window, bs, use_eagle)
-        return retention_interval is None and need >= alignment_tokens // bs
+        return contiguous_blocks_for_hit(kv_cache_spec.sliding_window, bs, use_eagle) \
+            >= segment // bs
 
     def keys_every_block(self, retention_interval: int | None = None) -> bool:
         return self._keys_every_block(self.scheduler_block_size, self.kv_cache_spec,
