@@ -75,7 +75,7 @@ def leading_nulls(table: list[int], null: int) -> int:
 def check_bounds(m: FastHybridKVCacheManager) -> None:
     for rid, seen in m._live.items():
         _, _, room, key_at, skip_at = seen
-        for tables, keyed, bs, _, null, fewest in m._groups:
+        for tables, keyed, bs, _, null, fewest, *_ in m._groups:
             table = tables.get(rid, [])
             assert room <= len(table) * bs, (rid, room)
             if m.enable_caching:

@@ -339,12 +339,12 @@ class FastKVCacheManager(FastPolicy):
             full = num_tokens if num_tokens < max_len else max_len
             gate = -(-full // bs) - held - (len(hits) if hits else 0)
             wanted = (gate if gate > 0 else 0) + watermark
-            if not self._fits(hits, wanted, pool.get_num_free_blocks()):
+            if not self._fits(wanted, hits, pool.get_num_free_blocks()):
                 return None
         # The budget of this step.
         if num_new or watermark or reserved_blocks or hits:
             available = pool.get_num_free_blocks() - reserved_blocks
-            if not self._fits(hits, num_new + watermark, available):
+            if not self._fits(num_new + watermark, hits, available):
                 return None
         if hits is not None:  # install the hits: a ref each, counted as cached
             if hits and self.enable_caching:
@@ -380,21 +380,6 @@ class FastKVCacheManager(FastPolicy):
             if not self.enable_caching:
                 return None
         return hits
-
-    def _fits(self, hits: Sequence[int] | None, wanted: int, free: int) -> bool:
-        """Whether ``wanted`` blocks fit in ``free`` beside the hits. Hits that are free cached
-        candidates leave the free count when touched; counting them costs more than the
-        rest of a budget check, so they are counted only when the answer depends on it: the
-        allocation fits if no hit is one and would not if every hit were (a waiting request
-        retried under pressure is refused uncounted)."""
-        if hits and wanted <= free < wanted + len(hits):
-            wanted += self._num_evictable(hits)
-        return wanted <= free
-
-    def _num_evictable(self, hits: Sequence[int]) -> int:
-        """How many hits are free cached candidates (ref 0): a touch takes each out of the
-        free count (``pool_access.num_evictable``, without the null block: hits have none)."""
-        return self.block_pool.observe().ref_cnts(hits).count(0)  # type: ignore[no-any-return]
 
     def _generic_allocate_slots(self, *args: Any) -> Any:
         return super().allocate_slots(*args)

@@ -7,12 +7,14 @@ hybrid one."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from kvpool.backends import backend_name
 from kvpool.errors import InvalidConfig
 from kvpool.policy.facade import KVCacheManager
 from kvpool.policy.manager import SingleTypeKVCacheManager
+from kvpool.policy.pool_access import num_evictable
 from kvpool.policy.specs import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -86,6 +88,20 @@ class FastPolicy(KVCacheManager):
             why = f"{_POLICY_OF[kind]} serves it" if kind in _POLICY_OF else kind
             raise InvalidConfig(f"{type(self).__name__} does not serve this configuration: "
                                 f"{why}")
+
+    def _fits(self, wanted: int, hits: Sequence[int] | None, free: int) -> bool:
+        """Whether ``wanted`` blocks fit in ``free`` beside an admission's ``hits``. A hit
+        that is a free cached candidate leaves the free count when touched; counting them
+        costs more than the rest of a budget check, so they are counted only when the
+        answer depends on it: the blocks fit if no hit is one and would not if every hit
+        were (a waiting request retried under pressure is refused uncounted)."""
+        if hits and wanted <= free < wanted + len(hits):
+            wanted += self._num_evictable(hits)
+        return wanted <= free
+
+    def _num_evictable(self, hits: Sequence[int]) -> int:
+        """How many hits are free cached candidates (the generic policy's count)."""
+        return num_evictable(self.block_pool, hits)
 
 
 __all__ = ["HYBRID", "SINGLE", "FastPolicy", "served_kind"]

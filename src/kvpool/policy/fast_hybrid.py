@@ -6,15 +6,34 @@ both share: :mod:`kvpool.policy.fast_base`."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, NamedTuple
 
 from kvpool.policy.facade import processed_tokens, tokens_in_flight
 from kvpool.policy.fast_base import _NEVER, _NO_GROUPS, _ZERO, HYBRID, FastPolicy, _never_skips
-from kvpool.policy.pool_access import num_evictable
 
 _INT = {int}
 _DECLINED = object()  # _one_call_step: not a step it takes (nothing changed)
+
+
+class _Group(NamedTuple):
+    """One KV cache group as the fast steps read it: its manager's own objects (the fast
+    policy keeps no state of its own), gathered once. Hot loops unpack it positionally."""
+
+    tables: dict[str, list[int]]  # the manager's req_to_blocks
+    num_cached: dict[str, int]  # its num_cached_block: blocks keyed per request
+    block_size: int
+    #: The window's rule (tokens -> tokens skipped); ``None`` for a group that never skips
+    #: a token (full attention, MLA): no call, no table read, in every idle step.
+    skipped_tokens: Callable[[int], int] | None
+    null: int  # the null block's id (a window's tables hold it as a prefix)
+    #: The rule inverted (the fewest tokens that skip ``n`` blocks), ``None`` beside it.
+    fewest_skipping: Callable[[int], int] | None
+    group_id: int
+    #: The window's write mask, ``None`` when it keys every block (no call needed).
+    write_mask: Callable[..., Any] | None
+    note_new_blocks: Callable[[list[int]], None]  # the blocks-to-zero record
+    partial_hits: Collection[str]  # requests whose partial hit's copy is pending
 
 
 class FastHybridKVCacheManager(FastPolicy):
@@ -26,30 +45,21 @@ class FastHybridKVCacheManager(FastPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         managers = self._managers = self.coordinator.single_type_managers
-        #: Per group: its tables, keyed counts, block size, window rule (``None`` for a
-        #: group that never skips a token: no call, no table read, in every idle step), null
-        #: block, and the window rule inverted (the fewest tokens that skip ``n`` blocks).
-        self._groups = [(m.req_to_blocks, m.num_cached_block, m.block_size,
-                         None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block,
-                         None if _never_skips(m) else m.fewest_tokens_skipping)
-                        for m in managers]
+        retention = self.coordinator.retention_interval
+        self._groups = [_Group(
+            m.req_to_blocks, m.num_cached_block, m.block_size,
+            None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block,
+            None if _never_skips(m) else m.fewest_tokens_skipping, m.kv_cache_group_id,
+            None if m.keys_every_block(retention) else m.write_mask, m._note_new_blocks,
+            m._partial_hit_reqs) for m in managers]
         self._frees = self.coordinator.frees_skipped_blocks
-        # The step as one pool call (_one_call_step), where the pool serves it (a prefix
-        # cache, no events) and every group keys at the hash block size. Per group: tables,
-        # keyed counts, block size, window rule, null block, group id, write mask (None:
-        # every block keyed), the zeroing record, the partial hits pending.
+        # The step as one pool call (_one_call_step), where the pool serves it: a prefix
+        # cache, no events, no metrics collector, every group keyed at the hash block size.
         pool = self.block_pool
         self._group_step = getattr(pool, "group_step", None) if (
             pool.enable_caching and not pool.enable_kv_cache_events
             and getattr(pool, "metrics_collector", None) is None
             and all(m.block_size == pool.hash_block_size for m in managers)) else None
-        self._step_groups = [
-            (m.req_to_blocks, m.num_cached_block, m.block_size,
-             None if _never_skips(m) else m.get_num_skipped_tokens, m.null_block,
-             m.kv_cache_group_id,
-             None if m.keys_every_block(self.coordinator.retention_interval) else m.write_mask,
-             m._note_new_blocks, m._partial_hit_reqs)
-            for m in managers]
         self._no_hits: tuple[Any, ...] = tuple(() for _ in managers)
         # get_computed_blocks' one probe: the first spec group's ids when it is full
         # attention keyed at the hash block size (the hybrid coordinator, caching on).
@@ -187,7 +197,7 @@ class FastHybridKVCacheManager(FastPolicy):
         computed = request.num_computed_tokens
         if computed.__class__ is not int or computed < 0 or any(
                 rid in tables or rid in num_cached
-                for tables, num_cached, *_ in self._step_groups):
+                for tables, num_cached, *_ in self._groups):
             return None
         if self._frees:
             in_flight = tokens_in_flight(request)
@@ -196,12 +206,12 @@ class FastHybridKVCacheManager(FastPolicy):
         if new_computed_blocks is None or new_computed_blocks is self.empty_kv_cache_blocks:
             return None if num_new_computed_tokens else self._no_hits
         ids = self.hit_block_ids(new_computed_blocks)
-        if ids is None or len(ids) != len(self._step_groups) or not self.enable_caching:
+        if ids is None or len(ids) != len(self._groups) or not self.enable_caching:
             return None
         n = self.block_pool.num_gpu_blocks
-        for blocks, group_state in zip(ids, self._step_groups, strict=True):
+        for blocks, group in zip(ids, self._groups, strict=True):
             if (blocks.__class__ is not list
-                    or len(blocks) * group_state[2] != num_new_computed_tokens):
+                    or len(blocks) * group.block_size != num_new_computed_tokens):
                 return None
             if blocks and (set(map(type, blocks)) != _INT or min(blocks) < 0
                            or max(blocks) >= n):
@@ -229,16 +239,17 @@ class FastHybridKVCacheManager(FastPolicy):
         pool = self.block_pool
         if full_sequence_must_fit:
             full = request.num_tokens if request.num_tokens < max_len else max_len
-            if not self._fits(*self._blocks_to_allocate(rid, full, hits, total, full, True,
-                                                        local),
-                              watermark, pool.get_num_free_blocks()):
+            needed, touched = self._blocks_to_allocate(rid, full, hits, total, full, True,
+                                                       local)
+            if not self._fits(needed + watermark, touched, pool.get_num_free_blocks()):
                 return None
         main = total + num_new_tokens
         need = main + num_lookahead_tokens
         if need > max_len:
             need = max_len
-        if not self._fits(*self._blocks_to_allocate(rid, need, hits, local, main, False, local),
-                          watermark, pool.get_num_free_blocks() - reserved_blocks):
+        needed, touched = self._blocks_to_allocate(rid, need, hits, local, main, False, local)
+        if not self._fits(needed + watermark, touched,
+                          pool.get_num_free_blocks() - reserved_blocks):
             return None
         if hits is not self._no_hits:  # as the generic step: hits given, even if empty
             for manager, blocks in zip(managers, hits, strict=True):
@@ -264,8 +275,8 @@ class FastHybridKVCacheManager(FastPolicy):
         pool = self.block_pool
         retention = self.coordinator.retention_interval
         parts = []
-        for manager, (tables, num_cached, bs, _, _, group, write_mask, note, _) in zip(
-                self._managers, self._step_groups, strict=True):
+        for manager, (tables, num_cached, bs, _, _, _, group, write_mask, note, _) in zip(
+                self._managers, self._groups, strict=True):
             table = tables.setdefault(rid, [])
             n = -(-need // bs) - len(table)
             full = aligned // bs
@@ -297,15 +308,6 @@ class FastHybridKVCacheManager(FastPolicy):
             needed += new
             touched += kept
         return needed, touched
-
-    def _fits(self, needed: int, touched: list[int], watermark: int, free: int) -> bool:
-        """Whether ``needed`` blocks, the watermark and the touched hits that are free
-        cached candidates fit in ``free``; those hits are counted only when the answer
-        depends on them (counting costs more than the rest of the budget)."""
-        wanted = needed + watermark
-        if touched and wanted <= free < wanted + len(touched):
-            wanted += num_evictable(self.block_pool, touched)
-        return wanted <= free
 
     def _step(self, request: Any, computed: int, total: int, main: int, need: int,
               num_tokens: int, in_flight: int, delay_cache_blocks: bool,
@@ -362,8 +364,8 @@ class FastHybridKVCacheManager(FastPolicy):
         writes: list[tuple[int, bytes, int, int]] = []
         keyed: list[tuple[dict[str, int], int]] = []
         num_new = 0
-        for tables, num_cached, bs, skipped_tokens, null, group, write_mask, _, partial \
-                in self._step_groups:
+        for tables, num_cached, bs, skipped_tokens, null, _, group_id, write_mask, _, partial \
+                in self._groups:
             table = tables.get(rid)
             if table is None or partial and rid in partial or rid not in num_cached:
                 return _DECLINED
@@ -393,7 +395,7 @@ class FastHybridKVCacheManager(FastPolicy):
                 mask = None if write_mask is None else write_mask(
                     request, cached, full, self.coordinator.retention_interval)
                 if b != null and not first <= cached < stop and (mask is None or mask[0]):
-                    writes.append((b, hashes[cached], cached, group))
+                    writes.append((b, hashes[cached], cached, group_id))
         if not (releases or num_new or keyed):  # idle: the generic step changes nothing
             if self._under_watermark(request, has_scheduled_reqs):
                 return None
@@ -410,11 +412,11 @@ class FastHybridKVCacheManager(FastPolicy):
             table[first:stop] = [null] * (stop - first)
         parts = []
         start = 0
-        for group_state, n in zip(self._step_groups, counts, strict=True):
+        for group, n in zip(self._groups, counts, strict=True):
             part = new[start:start + n]
             if part:
-                group_state[0][rid].extend(part)
-                group_state[7](part)  # recorded for zeroing, as the manager records them
+                group.tables[rid].extend(part)
+                group.note_new_blocks(part)  # recorded for zeroing, as the manager records them
             parts.append(part)
             start += n
         for num_cached, full in keyed:
@@ -447,7 +449,7 @@ class FastHybridKVCacheManager(FastPolicy):
         puts it for the computed tokens, else (tokens in flight, hits) found by bisection."""
         room = key_at = skip_at = _NEVER
         caching = self.enable_caching
-        for tables, num_cached, bs, skipped_tokens, null, fewest_skipping in self._groups:
+        for tables, num_cached, bs, skipped_tokens, null, fewest_skipping, *_ in self._groups:
             table = tables.get(rid)
             if table is None:  # not tracked here: every step takes the check
                 self._live[rid] = (num_tokens, computed, 0, 0, 0)
@@ -492,7 +494,7 @@ class FastHybridKVCacheManager(FastPolicy):
                 return  # under the keying bound (_record)
             aligned = num_computed_tokens - num_computed_tokens % self._cache_alignment
             if all(aligned // bs <= num_cached.get(rid, 0)
-                   for _, num_cached, bs, _, _, _ in self._groups):
+                   for _, num_cached, bs, *_ in self._groups):
                 return
         super().cache_blocks(request, num_computed_tokens)
 
@@ -504,7 +506,7 @@ class FastHybridKVCacheManager(FastPolicy):
         caching = self.enable_caching and not delay_cache_blocks
         cached_tokens = (main if main < num_tokens else num_tokens)
         cached_tokens -= cached_tokens % self._cache_alignment
-        for tables, num_cached, bs, skipped_tokens, null, _ in self._groups:
+        for tables, num_cached, bs, skipped_tokens, null, *_ in self._groups:
             table = tables.get(rid)
             if table is None or -(-need // bs) > len(table):
                 return False

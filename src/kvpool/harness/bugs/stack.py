@@ -265,16 +265,16 @@ def _fast_zeroing_ids_not_recorded(m: Any) -> None:
 
 def _fast_idle_step_ignores_the_window(m: Any) -> None:
     # The idle test (and its bound) forgets that a sliding window may have a block to null.
-    m._groups = [(tables, cached, bs, lambda tokens: 0, null, None)
-                 for tables, cached, bs, _, null, _ in m._groups]
+    m._groups = [g._replace(skipped_tokens=lambda tokens: 0, fewest_skipping=None)
+                 for g in m._groups]
 
 
 def _fast_hybrid_window_bound_one_block_late(m: Any) -> None:
     # The bound of the window's next free (FastHybridKVCacheManager._record) is computed
     # for one block more than the window holds null.
-    m._groups = [(tables, cached, bs, skipped, null,
-                  None if fewest is None else lambda n, fewest=fewest: fewest(n + 1))
-                 for tables, cached, bs, skipped, null, fewest in m._groups]
+    m._groups = [g._replace(fewest_skipping=None if g.fewest_skipping is None else
+                            lambda n, fewest=g.fewest_skipping: fewest(n + 1))
+                 for g in m._groups]
 
 
 def _fast_hybrid_room_one_block_more(m: Any) -> None:
@@ -284,7 +284,7 @@ def _fast_hybrid_room_one_block_more(m: Any) -> None:
     def broken(rid: str, num_tokens: int, computed: int) -> None:
         record(rid, num_tokens, computed)
         seen = m._live[rid]
-        m._live[rid] = (*seen[:2], seen[2] + m._groups[0][2], *seen[3:])
+        m._live[rid] = (*seen[:2], seen[2] + m._groups[0].block_size, *seen[3:])
 
     m._record = broken
 
@@ -305,12 +305,6 @@ def _fast_hybrid_one_call_new_blocks_reversed(m: Any) -> None:
         return None if new is None else new[::-1]
 
     m._group_step = broken
-
-
-def _fast_hybrid_admission_ignores_free_cached_hits(m: Any) -> None:
-    # The collapsed admission's budget never counts the hits its touches take out of the
-    # free queue.
-    m._fits = lambda needed, touched, watermark, free: needed + watermark <= free
 
 
 def _fast_hybrid_admission_keys_a_block_short(m: Any) -> None:
@@ -384,8 +378,7 @@ class _Everything(dict):  # type: ignore[type-arg]
 
 
 def _fast_idle_step_ignores_unaligned_keys(m: Any) -> None:
-    m._groups = [(tables, _Everything(), bs, skipped, null, fewest)
-                 for tables, _, bs, skipped, null, fewest in m._groups]
+    m._groups = [g._replace(num_cached=_Everything()) for g in m._groups]
 
 
 def _fast_admission_gate_skipped(m: Any) -> None:
@@ -587,7 +580,7 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      policy="fast"),
     PlantedPolicyBug("fast-hybrid-admission-ignores-free-cached-hits", "full+swa-quiet",
                      "hybrid fast policy: an admission's budget leaves out the free cached "
-                     "hits it touches", _fast_hybrid_admission_ignores_free_cached_hits,
+                     "hits it touches", _fast_evictable_hits_not_counted,
                      policy="fast"),
     PlantedPolicyBug("fast-hybrid-admission-keys-a-block-short", "full+swa-quiet",
                      "hybrid fast policy: an admission's one-call take-and-key leaves a "
