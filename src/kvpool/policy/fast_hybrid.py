@@ -197,7 +197,7 @@ class FastHybridKVCacheManager(FastPolicy):
         computed = request.num_computed_tokens
         if computed.__class__ is not int or computed < 0 or any(
                 rid in tables or rid in num_cached
-                for tables, num_cached, *_ in self._groups):
+                for tables, num_cached, _, _, _, _, _, _, _, _ in self._groups):
             return None
         if self._frees:
             in_flight = tokens_in_flight(request)
@@ -449,7 +449,8 @@ class FastHybridKVCacheManager(FastPolicy):
         puts it for the computed tokens, else (tokens in flight, hits) found by bisection."""
         room = key_at = skip_at = _NEVER
         caching = self.enable_caching
-        for tables, num_cached, bs, skipped_tokens, null, fewest_skipping, *_ in self._groups:
+        for tables, num_cached, bs, skipped_tokens, null, fewest_skipping, _, _, _, _ \
+                in self._groups:
             table = tables.get(rid)
             if table is None:  # not tracked here: every step takes the check
                 self._live[rid] = (num_tokens, computed, 0, 0, 0)
@@ -494,7 +495,7 @@ class FastHybridKVCacheManager(FastPolicy):
                 return  # under the keying bound (_record)
             aligned = num_computed_tokens - num_computed_tokens % self._cache_alignment
             if all(aligned // bs <= num_cached.get(rid, 0)
-                   for _, num_cached, bs, *_ in self._groups):
+                   for _, num_cached, bs, _, _, _, _, _, _, _ in self._groups):
                 return
         super().cache_blocks(request, num_computed_tokens)
 
@@ -506,7 +507,7 @@ class FastHybridKVCacheManager(FastPolicy):
         caching = self.enable_caching and not delay_cache_blocks
         cached_tokens = (main if main < num_tokens else num_tokens)
         cached_tokens -= cached_tokens % self._cache_alignment
-        for tables, num_cached, bs, skipped_tokens, null, *_ in self._groups:
+        for tables, num_cached, bs, skipped_tokens, null, _, _, _, _, _ in self._groups:
             table = tables.get(rid)
             if table is None or -(-need // bs) > len(table):
                 return False
