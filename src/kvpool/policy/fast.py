@@ -45,8 +45,6 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-import numpy as np
-
 from kvpool.hash_list import BlockHashList
 from kvpool.policy.blocks import KVCacheBlocks
 from kvpool.policy.facade import KVCacheManager
@@ -391,13 +389,7 @@ class FastKVCacheManager(FastPolicy):
         if self._live.pop(rid, None) is None:
             return
         self._num_cached.pop(rid, None)
-        table = self._tables.pop(rid, None)
-        if table:
-            # The last block first, as an int64 array: the table's ids are ints of this pool
-            # (handed out by it, or hits checked on admission), so one pass converts them
-            # where a list costs the pool a type pass over every id object as well (a free
-            # of ~100 blocks inside vLLM's scheduler: 14.7 -> 11.4 µs).
-            self.block_pool.free_blocks(np.fromiter(reversed(table), np.int64, len(table)))
+        self._free_table(self._tables.pop(rid, ()))
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
         """Key the request's full blocks up to ``num_computed_tokens``. Async scheduling

@@ -483,6 +483,15 @@ class FastHybridKVCacheManager(FastPolicy):
             key_at = -(-key_at // align) * align
         self._live[rid] = (num_tokens, computed, room, key_at, skip_at)
 
+    def free(self, request: Any) -> None:
+        """The generic release — group by group, each table tail first (a window's null
+        blocks included: the pool skips them) — each table handed over as one array."""
+        rid = request.request_id
+        if self._live.pop(rid, None) is None:
+            return
+        for manager in self._managers:
+            self._free_table(manager.pop_blocks_for_free(rid))
+
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
         """Key the request's full blocks, every group up to the aligned length (async
         scheduling calls it for every request after every step's output): nothing to do,

@@ -289,6 +289,12 @@ def _fast_hybrid_room_one_block_more(m: Any) -> None:
     m._record = broken
 
 
+def _fast_free_hands_tables_over_head_first(m: Any) -> None:
+    # A finished request's tables reach the pool head first, not tail first.
+    free_table = m._free_table
+    m._free_table = lambda table: free_table(table[::-1])
+
+
 def _fast_hybrid_one_call_frees_head_first(m: Any) -> None:
     # The one-call step hands each window's skipped blocks over head first, not tail first.
     group_step = m._group_step
@@ -571,6 +577,9 @@ PLANTED_POLICY: dict[str, PlantedPolicyBug] = {p.name: p for p in (
                      "hybrid fast policy: the idle test reads no keyed count, so a step "
                      "that must key a block is called idle",
                      _fast_idle_step_ignores_unaligned_keys, policy="fast"),
+    PlantedPolicyBug("fast-hybrid-free-hands-tables-over-head-first", "full+swa",
+                     "hybrid fast policy: a finished request's tables are freed head first",
+                     _fast_free_hands_tables_over_head_first, policy="fast"),
     PlantedPolicyBug("fast-hybrid-one-call-frees-head-first", "full+swa-quiet",
                      "hybrid fast policy: the one-call step frees a window's skipped blocks "
                      "head first", _fast_hybrid_one_call_frees_head_first, policy="fast"),
