@@ -35,9 +35,12 @@ hybrid engines run most — get
 group's table, the windows free blocks as they slide and the coordinator keys only aligned
 lengths, so the step that changes nothing in any group is collapsed (checked in
 ``O(groups)``: no group needs a block, no window passes a block boundary, no group keys a
-block), and a running request's other steps call the managers' own methods in the generic
-order without the facade's and coordinator's layers; every other call runs the generic
-policy. Most decode steps are idle steps.
+block); a running request's other steps are one pool call on a quiet pool
+(``group_step``: the windows' frees, every group's new blocks and one-block writes) and the
+managers' own methods in the generic order elsewhere; a plainly valid admission runs on the
+managers without the facade's and coordinator's layers; a lookup whose first full-attention
+block misses is one probe; a free hands each table over as one array. Every other call runs
+the generic policy. Most decode steps are idle steps (``docs/policy.md`` has the table).
 """
 
 from __future__ import annotations
