@@ -40,8 +40,7 @@ def test_the_hook_hears_a_compile_on_a_cold_cache_and_nothing_on_a_warm_one(tmp_
 
 
 USED = """
-import json, os
-os.environ["KVPOOL_FAST_ONE_OP"] = "cached"
+import json
 from kvpool.fast import compiled
 from kvpool.workload.simulate import simulate
 simulate(num_requests=20)
@@ -58,14 +57,13 @@ def test_a_simulate_run_binds_only_the_kernels_it_calls():
     # before scanning.)
     used = set(json.loads(_python(USED)))
     assert {"cache_full_blocks", "lookup_blocks", "get_new_blocks_unkeyed", "touch",
-            "lookup_one", "allocate_and_cache", "take_and_key"} <= used
-    assert not used & {"admit_request", "run_step", "touch_one", "free_one", "h_pop",
-                       "h_lookup_one", "h_touch_one", "h_free_one"}
+            "h_lookup_one", "allocate_and_cache", "take_and_key"} <= used
+    assert not used & {"admit_request", "run_step", "lookup_one", "touch_one", "free_one",
+                       "h_touch_one", "h_free_one"}
 
 
 WARMED = """
-import json, os
-os.environ["KVPOOL_FAST_ONE_OP"] = "cached"  # as kvpool.vllm.install sets it for an engine
+import json
 from kvpool.fast import compiled
 from kvpool.hashing import BlockHasher, get_request_block_hasher
 from kvpool.policy import SchedulerRequest
@@ -110,8 +108,7 @@ def test_after_the_warm_up_an_engine_binds_no_kernel_with_events_on_or_off():
 
 
 SLIDING = """
-import json, os
-os.environ.pop("KVPOOL_FAST_ONE_OP", None)  # packed one-op verbs, compiled in the process
+import json
 from kvpool.fast import compiled
 from kvpool.hashing import BlockHasher
 from kvpool.policy import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,

@@ -19,7 +19,7 @@ from test_fast_kernel_twins import (
     built_state,
     copies,
     group_plan,
-    index_arrays,
+    pool_arrays,
 )
 
 from kvpool import make_pool
@@ -161,7 +161,7 @@ def test_group_step_kernel_is_the_frees_the_quiet_pop_and_the_writes(data, jit) 
     n = data.draw(st.sampled_from([0, 1, 2, 3]))
     reserve = data.draw(st.sampled_from([0, 0, 1, 5]))
     ks = kernel_set(jit)
-    code = ks.group_step(*index_arrays(fused), fused["out"], True, plan, buf, n, reserve)
+    code = ks.group_step(pool_arrays(fused, jit), True, plan, buf, n, reserve)
     if code != kernels.OK:
         for name in ARRAYS:
             assert np.array_equal(fused[name], before[name]), name
@@ -180,7 +180,8 @@ def test_group_step_kernel_is_the_frees_the_quiet_pop_and_the_writes(data, jit) 
         b, position, group, length = (int(x) for x in plan[i : i + 4])
         assert b not in split["out"][:n]
         key = bytes(buf[off : off + length])
-        assert ks.cache_one(*index_arrays(split), b, key, position, group, False) == kernels.OK
+        assert ks.cache_one(pool_arrays(split, jit), b, key, position, group,
+                            False) == kernels.OK
         off += length
     for name in ARRAYS:
         assert np.array_equal(fused[name], split[name]), name

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from kvpool.errors import KvPoolError
 from kvpool.fast import kernels
-from kvpool.fast.compiled import HANDLE_KERNELS, SIGNATURES, kernel_set, pool_arrays_class
+from kvpool.fast.compiled import HANDLE_KERNELS, SIGNATURES, kernel_set, pool_arrays_maker
 from kvpool.fast.state import FastState
 
 N = 10
@@ -121,16 +121,21 @@ def group_plan(draw, held: list[int]) -> tuple:
     return np.array(plan, dtype=np.int64), buf
 
 
-def index_arrays(a: dict) -> tuple:
-    """The arrays every hash-index kernel takes first, from the array dict ``a``."""
-    return (a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"], a["table"], a["meta"],
-            a["events"])
+def pool_arrays(a: dict, jit: bool = False, caching: bool = True,
+                events_on: bool = False) -> object:
+    """The ``PoolArrays`` the hash-index and one-op kernels take first, over the array dict
+    ``a``: the plain object (``jit=False``) or the compiled one (a structref)."""
+    return pool_arrays_maker(jit)(a["blk"], a["blk64"], a["ent"], a["keys"], a["key_bytes"],
+                                  a["table"], a["meta"], a["events"], a["out"], caching,
+                                  events_on)
 
 
 def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
     """Arguments of kernel ``name`` over the array dict ``a`` (fresh per call)."""
     draw = data.draw
-    index = index_arrays(a)
+    arrays = pool_arrays(a)  # plain: _agree builds the compiled one over its own copy
+    if name in HANDLE_KERNELS:
+        return (arrays, *handle_arguments(data, name))
     if name == "get_new_blocks_unkeyed":
         return a["blk"], a["meta"], a["out"], draw(small)
     if name == "get_new_blocks":
@@ -157,14 +162,14 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         key = block_hash(f"k{draw(st.integers(0, 4))}", draw(st.sampled_from([32, 16, 0])))
         return a["keys"], a["key_bytes"], a["table"], key, draw(st.sampled_from([0, 1]))
     if name == "cache_one":
-        return (*index, draw(small), draw(one_hash), draw(st.integers(-1, 3)),
+        return (arrays, draw(small), draw(one_hash), draw(st.integers(-1, 3)),
                 draw(st.sampled_from([0, 1, -1, 2**32])), events_on)
     if name == "take_and_key":
-        return (*index, a["out"], draw(st.integers(0, 4)), draw(small), draw(one_hash),
+        return (arrays, draw(st.integers(0, 4)), draw(small), draw(one_hash),
                 draw(st.integers(-1, 3)), draw(st.sampled_from([0, 1, -1, 2**32])))
     if name == "group_step":
         held = [b for b in range(1, N) if a["blk"][b, kernels.REF] > 0]
-        return (*index, a["out"], draw(st.booleans()), *group_plan(draw, held),
+        return (arrays, draw(st.booleans()), *group_plan(draw, held),
                 draw(st.integers(-1, 4)), draw(st.integers(-1, 2)))
     if name == "free_blocks":
         return a["blk"], a["meta"], draw(st.booleans()), draw(st.booleans()), draw(ids)
@@ -191,26 +196,26 @@ def arguments(data, name: str, a: dict, events_on: bool) -> tuple:
         tail = (draw(st.integers(0, 3)), draw(st.sampled_from([1, 2])), draw(st.integers(0, 1)),
                 draw(st.booleans()), events_on)
         if name == "cache_full_blocks":
-            return (*index, cand, mask, buf, lens, *tail)
+            return (arrays, cand, mask, buf, lens, *tail)
         num_old = draw(st.integers(0, m))
         n = draw(st.integers(0, 4))
-        return (*index, a["out"], cand, num_old, draw(st.integers(0, 2)), mask, buf, lens, n,
+        return (arrays, cand, num_old, draw(st.integers(0, 2)), mask, buf, lens, n,
                 *tail, draw(st.booleans()))
     if name == "admit_request":
         buf, lens = hash_args(draw, draw(st.integers(0, 5)))
         # A memo of (key row, generation) pairs: often a real row, sometimes stale or junk.
         memo = np.array([[draw(st.integers(-1, 9)) for _ in range(N)],
                          [draw(st.integers(0, 2)) for _ in range(N)]], dtype=np.int64)
-        return (*index, a["out"], memo, buf, lens, draw(st.integers(-1, 6)),
+        return (arrays, memo, buf, lens, draw(st.integers(-1, 6)),
                 draw(st.integers(-1, 7)), draw(st.integers(-1, 6)), draw(st.integers(-1, N + 2)),
                 draw(st.sampled_from([1, 2])), draw(st.integers(0, 1)), draw(st.integers(-1, 6)),
                 draw(st.booleans()), events_on)
     if name == "run_step":
-        return (*index, a["out"], *step_plan(draw), draw(st.sampled_from([1, 2])),
+        return (arrays, *step_plan(draw), draw(st.sampled_from([1, 2])),
                 draw(st.integers(0, 1)), draw(st.booleans()), events_on)
     if name == "cache_partial_block":
         buf, _ = hash_args(draw, 1)
-        return (*index, draw(small), buf, draw(st.integers(0, 6)), draw(st.integers(0, 1)),
+        return (arrays, draw(small), buf, draw(st.integers(0, 6)), draw(st.integers(0, 1)),
                 draw(st.booleans()), events_on)
     if name == "move_block_hashes":
         return a["blk"], a["blk64"], a["ent"], a["keys"], a["meta"], draw(small), draw(small)
@@ -270,10 +275,12 @@ def _agree(data, name: str) -> None:
     state = built_state(data)
     plain, compiled = copies(state), copies(state)
     args_plain = arguments(data, name, plain, state.enable_events)
-    # The same arguments over the compiled copy: state arrays swapped, inputs copied.
+    # The same arguments over the compiled copy: state arrays swapped (the PoolArrays built
+    # over the compiled copy's arrays), inputs copied.
     owner = {id(v): key for key, v in plain.items()}
     args_compiled = tuple(
-        (compiled[owner[id(x)]] if owner[id(x)] in compiled else x.copy())
+        pool_arrays(compiled, True) if isinstance(x, kernels.PoolArrays)
+        else (compiled[owner[id(x)]] if owner[id(x)] in compiled else x.copy())
         if id(x) in owner else (x.copy() if isinstance(x, np.ndarray) else x)
         for x in args_plain
     )
@@ -283,6 +290,8 @@ def _agree(data, name: str) -> None:
     for x, y in zip(args_plain, args_compiled, strict=True):
         if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and np.array_equal(x, y), name
+    for key in ARRAYS:  # every state array, the ones read through a PoolArrays included
+        assert np.array_equal(plain[key], compiled[key]), (name, key)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -300,7 +309,7 @@ def test_cache_one_is_the_batch_write_of_one_block(data, jit):
     group = data.draw(st.sampled_from([0, 1, -1, 2**32]))
     ks = kernel_set(jit)
 
-    got = ks.cache_one(*index_arrays(one), b, key, position, group, state.enable_events)
+    got = ks.cache_one(pool_arrays(one, jit), b, key, position, group, state.enable_events)
     if got in (kernels.NEED_FULL, kernels.ERR_CAPACITY):
         before["meta"][kernels.M_EV_LEN] = 0
         for name in ARRAYS:
@@ -309,7 +318,7 @@ def test_cache_one_is_the_batch_write_of_one_block(data, jit):
             assert kernels._first(before["blk"], b) != -1
         return
     expected = ks.cache_full_blocks(
-        *index_arrays(batch), np.array([b], np.int64), np.zeros(1, np.uint8),
+        pool_arrays(batch, jit), np.array([b], np.int64), np.zeros(1, np.uint8),
         np.frombuffer(key, np.uint8).copy(), np.array([len(key)], np.int64), position, 1,
         group, False, state.enable_events)
     assert got == expected
@@ -336,7 +345,7 @@ def test_take_and_key_is_the_quiet_pop_then_the_one_block_write(data, jit):
     group = data.draw(st.sampled_from([0, 0, 1, 1, -1, 2**32]))
     ks = kernel_set(jit)
 
-    got = ks.take_and_key(*index_arrays(fused), fused["out"], n, b, key, position, group)
+    got = ks.take_and_key(pool_arrays(fused, jit), n, b, key, position, group)
     if got < 0:
         for name in ARRAYS:
             assert np.array_equal(fused[name], before[name]), name
@@ -345,7 +354,7 @@ def test_take_and_key_is_the_quiet_pop_then_the_one_block_write(data, jit):
                                      split["table"], split["meta"], split["out"], True, n)
     assert popped == got > 0
     assert b not in split["out"][:n]
-    assert ks.cache_one(*index_arrays(split), b, key, position, group, False) == kernels.OK
+    assert ks.cache_one(pool_arrays(split, jit), b, key, position, group, False) == kernels.OK
     for name in ARRAYS:
         assert np.array_equal(fused[name], split[name]), name
     assert np.array_equal(fused["out"][:n], split["out"][:n])
@@ -367,7 +376,8 @@ def test_guard_rows_catch_an_out_of_bounds_write_by_compiled_code():
 def test_every_kernel_has_a_plain_twin_and_a_signature():
     public = {n for n in dir(kernels) if callable(getattr(kernels, n)) and not n.startswith("_")
               and getattr(getattr(kernels, n), "__module__", "") == kernels.__name__}
-    assert public == set(SIGNATURES) | set(HANDLE_KERNELS) | {"PoolArrays"}
+    assert public == set(SIGNATURES) | {"PoolArrays"}
+    assert set(HANDLE_KERNELS) <= set(SIGNATURES)
 
 
 def handle_arguments(data, name: str) -> tuple:
@@ -382,16 +392,14 @@ def handle_arguments(data, name: str) -> tuple:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(HANDLE_KERNELS))
 def test_one_argument_kernels_agree_compiled_and_plain(data, name):
-    """The h_* kernels over a PoolArrays: the jitclass one and the plain one, same inputs,
-    same result and the same bytes in every array."""
+    """The h_* kernels over a PoolArrays: the compiled one (a structref) and the plain one,
+    same inputs, same result and the same bytes in every array."""
     state = built_state(data)
     plain, compiled = copies(state), copies(state)
     extra = handle_arguments(data, name)
 
     def arrays(jit: bool, a: dict) -> object:
-        return pool_arrays_class(jit)(a["blk"], a["blk64"], a["ent"], a["keys"],
-                                      a["key_bytes"], a["table"], a["meta"], a["out"],
-                                      state.enable_caching, state.enable_events)
+        return pool_arrays(a, jit, state.enable_caching, state.enable_events)
 
     r_plain = getattr(kernel_set(False), name)(arrays(False, plain), *extra)
     r_compiled = getattr(kernel_set(True), name)(arrays(True, compiled), *extra)

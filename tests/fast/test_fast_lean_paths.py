@@ -20,10 +20,8 @@ def outcome(method, args):
         return (type(error).__name__, str(error))
 
 
-@pytest.mark.parametrize("mode", ["packed", "cached"])
 @pytest.mark.parametrize("jit", [True, False])
-def test_lean_single_op_paths_match_the_spec(jit, mode, monkeypatch):
-    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", mode)  # both ways of binding the one-op verbs
+def test_lean_single_op_paths_match_the_spec(jit):
     fast, spec = fast_pool(12, jit=jit), make_pool(12, backend="spec")
     request = request_with_hashes(10)
     for pool in (fast, spec):
@@ -69,8 +67,8 @@ def test_lean_error_types():
 
 @pytest.mark.parametrize("jit", [True, False])
 def test_a_deep_copy_is_an_independent_pool_with_working_one_op_paths(jit):
-    """The one-op verbs run over a jitclass of the pool's arrays, which cannot be copied: a
-    copy rebuilds it over its own arrays (the exhaustive checker copies pools)."""
+    """The one-op verbs run over a PoolArrays of the pool's arrays, which cannot be copied:
+    a copy rebuilds it over its own arrays (the exhaustive checker copies pools)."""
     pool = fast_pool(12, jit=jit)
     request = request_with_hashes(4)
     blocks = pool.get_new_blocks(4)
@@ -131,47 +129,6 @@ def test_the_one_op_state_is_built_on_first_use_and_follows_every_growth(jit):
         pool.get_new_blocks(1)
     assert pool.get_cached_block(request.block_hashes[0], [0]) is None
     assert_sound(pool)
-
-
-@pytest.mark.parametrize("jit", [True, False])
-def test_cached_one_op_verbs_follow_every_growth(jit, monkeypatch):
-    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "cached")
-    pool = fast_pool(40, jit=jit)
-    request = request_with_hashes(30)
-    assert pool.get_cached_block(request.block_hashes[0], [0]) is None  # bound here
-    assert pool._st.arrays is None  # no PoolArrays in this mode
-    blocks = pool.get_new_blocks(30)
-    pool.cache_full_blocks(request, blocks, 0, 30, 16, 0)  # the index arrays grow
-    for h, b in zip(request.block_hashes, blocks, strict=True):
-        assert pool.get_cached_block(h, [0]) == [b]
-    pool.free_blocks(blocks[::-1])
-    popped = pool.get_new_blocks(10)  # 9 never-used blocks, then an evicting pop
-    assert popped[-1] == blocks[-1]
-    assert pool.get_cached_block(request.block_hashes[-1], [0]) is None
-    assert pool.get_cached_block(request.block_hashes[-2], [0]) == [blocks[-2]]
-    assert_sound(pool)
-
-
-def test_an_unknown_one_op_mode_is_refused(monkeypatch):
-    from kvpool.errors import InvalidConfig
-
-    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "turbo")
-    pool = fast_pool(4, jit=True)
-    with pytest.raises(InvalidConfig, match="KVPOOL_FAST_ONE_OP"):
-        pool.touch([1])
-
-
-def test_the_cli_leaves_the_one_op_mode_of_its_host_process_alone(monkeypatch, capsys):
-    import os
-
-    from kvpool.cli import main
-
-    monkeypatch.delenv("KVPOOL_FAST_ONE_OP", raising=False)
-    assert main(["simulate", "--backend", "fast", "--requests", "3", "--json"]) == 0
-    assert "KVPOOL_FAST_ONE_OP" not in os.environ  # chosen for the run, then restored
-    monkeypatch.setenv("KVPOOL_FAST_ONE_OP", "packed")
-    assert main(["simulate", "--backend", "fast", "--requests", "3", "--json"]) == 0
-    assert os.environ["KVPOOL_FAST_ONE_OP"] == "packed"  # a caller's choice is kept
 
 
 @pytest.mark.parametrize("events", [False, True])

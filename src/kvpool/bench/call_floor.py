@@ -4,8 +4,8 @@ A single-op verb of the fast backend (``get_cached_block`` of one hash, ``get_ne
 ``free_blocks([b])``, ``touch([b])``) is three costs in a row:
 
 1. the **Python method**: argument checks, the lean-path tests, building the result;
-2. the **entry** into compiled code: Numba's wrapper converts every argument (a jitclass,
-   a ``bytes`` buffer, an int) and boxes the result;
+2. the **entry** into compiled code: Numba's wrapper converts every argument (the pool's
+   ``PoolArrays``, a ``bytes`` buffer, an int) and boxes the result;
 3. the **kernel**'s own work: a hash probe, a queue unlink.
 
 This module times them apart, on the CPU clock (``time.thread_time``), in interleaved rounds,
@@ -53,9 +53,7 @@ def _empty_entries() -> dict[str, Callable[..., int]]:
         import numba
         from numba import types as nt
 
-        from kvpool.fast.compiled import pool_arrays_class
-
-        arrays = pool_arrays_class(True).class_type.instance_type
+        from kvpool.fast.compiled import POOL_ARRAYS as arrays
         hash_bytes = nt.Bytes(nt.uint8, 1, "C", readonly=True)
 
         def with_hash(s, block_hash, group):

@@ -37,22 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_SHORT_LIVED = frozenset({"simulate", "explain", "check"})
-"""Subcommands that use the cached one-op kernels; ``bench`` measures the default (packed)."""
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    # A CLI run is over in seconds: the fast pool's one-op verbs come from the on-disk kernel
-    # cache instead of a per-process compile (kvpool.fast.state.one_op_mode), unless the
-    # caller chose; restored afterwards, since main() may run inside a longer process.
-    chosen = args.command in _SHORT_LIVED and "KVPOOL_FAST_ONE_OP" not in os.environ
-    if chosen:
-        os.environ["KVPOOL_FAST_ONE_OP"] = "cached"
     try:
         return int(args.func(args) or 0)
     except KvPoolError as exc:
@@ -67,9 +57,6 @@ def main(argv: list[str] | None = None) -> int:
         # more to write; point stdout at devnull so the interpreter's final flush is quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    finally:
-        if chosen:
-            os.environ.pop("KVPOOL_FAST_ONE_OP", None)
 
 
 if __name__ == "__main__":

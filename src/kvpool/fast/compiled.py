@@ -36,8 +36,9 @@ Compile choices:
   with :func:`_prefetch_row` (a software prefetch; the plain run does nothing);
   ``kernels._word`` / ``_word_be`` / ``_put_word`` with one unaligned 8-byte load (and
   byte swap) / store.
-* The one-op kernels ``h_*`` take one ``kernels.PoolArrays``, made a jitclass here; they
-  are compiled without the on-disk cache (:data:`HANDLE_KERNELS` says why).
+* The one-op kernels ``h_*`` and the batch kernels over the hash index take one
+  ``kernels.PoolArrays`` first, made a structref here (:class:`PoolArraysType`): one
+  argument to convert instead of up to nine arrays, and cached on disk like the rest.
 * This module's own compile choices (``_INLINED``, the overloads, the intrinsics) are not
   seen by the on-disk cache, which watches ``kernels.py`` only: change one, and clear the
   cache (``__pycache__`` next to ``kernels.py``) or touch ``kernels.py``.
@@ -59,6 +60,7 @@ from numba import types as nt
 from numba.core import cgutils, ir_utils
 from numba.core.datamodel import models, register_default
 from numba.core.errors import NumbaIRAssumptionWarning
+from numba.experimental import structref
 from numba.extending import intrinsic, overload, register_jitable
 
 from kvpool.fast import kernels
@@ -307,7 +309,33 @@ _int = nt.int64
 _bool = nt.boolean
 
 _ENT = _blk
-_INDEX = (_blk, _i64_2d, _ENT, _i64_2d, _u8_2d, _table, _i64, _i64_2d)  # blk … events
+
+POOL_ARRAYS_FIELDS = (("blk", _blk), ("blk64", _i64_2d), ("ent", _ENT), ("keys", _i64_2d),
+                      ("key_bytes", _u8_2d), ("table", _table), ("meta", _i64),
+                      ("events", _i64_2d), ("out", _i64), ("caching", _bool), ("events_on", _bool))
+"""The fields of :class:`kvpool.fast.kernels.PoolArrays`, in its constructor's order."""
+
+
+@structref.register
+class PoolArraysType(nt.StructRef):
+    """The Numba type of :class:`kvpool.fast.kernels.PoolArrays`: a structref, converted as
+    one pointer. A jitclass converts as cheaply, but Numba cannot cache code typed on one
+    (its type's name changes per process); code typed on a structref is cached like any."""
+
+    def preprocess_fields(self, fields: Any) -> tuple:
+        return tuple((name, nt.unliteral(typ)) for name, typ in fields)
+
+
+class PoolArraysRef(structref.StructRefProxy):  # type: ignore[misc]
+    """What Python holds of a compiled :class:`~kvpool.fast.kernels.PoolArrays`: a handle
+    passed to the kernels. Its fields are not read from Python (the state keeps its arrays)."""
+
+
+structref.define_boxing(PoolArraysType, PoolArraysRef)
+
+POOL_ARRAYS = PoolArraysType(list(POOL_ARRAYS_FIELDS))
+"""The kernels' type of their first argument ``s``."""
+
 
 SIGNATURES: dict[str, tuple] = {
     "init_state": (_int, (_blk, _i64)),
@@ -333,26 +361,26 @@ SIGNATURES: dict[str, tuple] = {
         _int, (_i64_2d, _u8_2d, _table, _i64, _u8, _i64, _i64, _i64_2d, _int, _int, _int)),
     "cache_full_blocks": (
         _int,
-        (*_INDEX, _i64, _u8, _u8, _i64, _int, _int, _int, _bool, _bool),
+        (POOL_ARRAYS, _i64, _u8, _u8, _i64, _int, _int, _int, _bool, _bool),
     ),
     "allocate_and_cache": (
         _int,
-        (*_INDEX, _i64, _i64, _int, _int, _u8, _u8, _i64, _int, _int, _int, _int, _bool, _bool,
+        (POOL_ARRAYS, _i64, _int, _int, _u8, _u8, _i64, _int, _int, _int, _int, _bool, _bool,
          _bool),
     ),
     "admit_request": (
         _int,
-        (*_INDEX, _i64, _i64_2d, _u8, _i64, _int, _int, _int, _int, _int, _int, _int, _bool,
+        (POOL_ARRAYS, _i64_2d, _u8, _i64, _int, _int, _int, _int, _int, _int, _int, _bool,
          _bool),
     ),
     "run_step": (
         _int,
-        (*_INDEX, _i64, _i64, _i64, _u8, _i64, _int, _int, _bool, _bool),
+        (POOL_ARRAYS, _i64, _i64, _u8, _i64, _int, _int, _bool, _bool),
     ),
-    "cache_one": (_int, (*_INDEX, _int, _bytes, _int, _int, _bool)),
-    "take_and_key": (_int, (*_INDEX, _i64, _int, _int, _bytes, _int, _int)),
-    "group_step": (_int, (*_INDEX, _i64, _bool, _i64, _u8, _int, _int)),
-    "cache_partial_block": (_int, (*_INDEX, _int, _u8, _int, _int, _bool, _bool)),
+    "cache_one": (_int, (POOL_ARRAYS, _int, _bytes, _int, _int, _bool)),
+    "take_and_key": (_int, (POOL_ARRAYS, _int, _int, _bytes, _int, _int)),
+    "group_step": (_int, (POOL_ARRAYS, _bool, _i64, _u8, _int, _int)),
+    "cache_partial_block": (_int, (POOL_ARRAYS, _int, _u8, _int, _int, _bool, _bool)),
     "move_block_hashes": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _i64, _int, _int)),
     "evict_blocks": (_int, (_blk, _i64_2d, _ENT, _i64_2d, _table, _i64, _i64_2d, _i64, _bool)),
     "reset_prefix_cache": (
@@ -369,39 +397,85 @@ SIGNATURES: dict[str, tuple] = {
 """Every public kernel with its one signature ``(return type, argument types)``."""
 
 
-POOL_ARRAYS_FIELDS = (("blk", _blk), ("blk64", _i64_2d), ("ent", _ENT), ("keys", _i64_2d),
-                      ("key_bytes", _u8_2d), ("table", _table), ("meta", _i64), ("out", _i64),
-                      ("caching", _bool), ("events_on", _bool))
-"""The jitclass layout of :class:`kvpool.fast.kernels.PoolArrays`."""
+def _new_pool_arrays(blk, blk64, ent, keys, key_bytes, table, meta, events, out, caching,
+                     events_on):  # type: ignore[no-untyped-def]
+    s = structref.new(POOL_ARRAYS)
+    s.blk = blk
+    s.blk64 = blk64
+    s.ent = ent
+    s.keys = keys
+    s.key_bytes = key_bytes
+    s.table = table
+    s.meta = meta
+    s.events = events
+    s.out = out
+    s.caching = caching
+    s.events_on = events_on
+    return s
 
-_POOL_ARRAYS_CLASS: list[Any] = []
+
+def _set_index_arrays(s, ent, keys, key_bytes, table, events):  # type: ignore[no-untyped-def]
+    s.ent = ent
+    s.keys = keys
+    s.key_bytes = key_bytes
+    s.table = table
+    s.events = events
+    return 0
 
 
-def pool_arrays_class(jit: bool) -> Any:
-    """:class:`kvpool.fast.kernels.PoolArrays`, as a jitclass when ``jit`` (built once)."""
-    if not jit:
+def _plain_set_index_arrays(s: Any, ent: Any, keys: Any, key_bytes: Any, table: Any,
+                            events: Any) -> int:
+    s.ent, s.keys, s.key_bytes, s.table, s.events = ent, keys, key_bytes, table, events
+    return 0
+
+
+_ARRAYS_HELPERS: dict[str, Callable[..., Any]] = {}
+
+
+def _arrays_helper(fn: Callable[..., Any], signature: Any) -> Callable[..., Any]:
+    """``fn`` compiled once for ``signature`` and cached on disk (its entry point)."""
+    entry = _ARRAYS_HELPERS.get(fn.__name__)
+    if entry is None:
+        dispatcher = numba.njit(cache=True)(fn)
+        with _compile_lock(dispatcher, fn.__name__):
+            entry = dispatcher.compile(signature)
+        dispatcher.disable_compile()
+        _ARRAYS_HELPERS[fn.__name__] = entry
+    return entry
+
+
+def pool_arrays_maker(jit: bool) -> Callable[..., Any]:
+    """The constructor of the kernels' :class:`~kvpool.fast.kernels.PoolArrays` (arguments
+    in :data:`POOL_ARRAYS_FIELDS`' order): compiled and cached on disk when ``jit`` (and
+    Numba compiles), else the plain class."""
+    if not jit or not _NUMBA_COMPILES:
         return kernels.PoolArrays
-    if not _POOL_ARRAYS_CLASS:
-        from numba.experimental import jitclass
-
-        _POOL_ARRAYS_CLASS.append(jitclass(list(POOL_ARRAYS_FIELDS))(kernels.PoolArrays))
-    return _POOL_ARRAYS_CLASS[0]
+    return _arrays_helper(_new_pool_arrays, POOL_ARRAYS(*(t for _, t in POOL_ARRAYS_FIELDS)))
 
 
-def _handle_signatures() -> dict[str, tuple]:
-    arrays = pool_arrays_class(True).class_type.instance_type
-    return {
-        "h_lookup_one": (_int, (arrays, _bytes, _int)),
-        "h_touch_one": (_int, (arrays, _int)),
-        "h_free_one": (_int, (arrays, _int)),
-        "h_pop": (_int, (arrays, _int)),
-    }
+def pool_arrays_setter(jit: bool) -> Callable[..., int]:
+    """``set(s, ent, keys, key_bytes, table, events)``: point a :class:`~kvpool.fast.kernels.
+    PoolArrays` at the hash index's and the event log's current arrays (after one grows), in
+    place, so that every kernel call bound to it stays valid."""
+    if not jit or not _NUMBA_COMPILES:
+        return _plain_set_index_arrays
+    # ent, keys, key_bytes, table, events: their types in POOL_ARRAYS_FIELDS
+    return _arrays_helper(_set_index_arrays,
+                          _int(POOL_ARRAYS, _ENT, _i64_2d, _u8_2d, _table, _i64_2d))
 
+
+_NUMBA_COMPILES = hasattr(numba.njit(lambda: 0), "compile")  # False under NUMBA_DISABLE_JIT=1
 
 HANDLE_KERNELS = ("h_lookup_one", "h_touch_one", "h_free_one", "h_pop")
-"""The one-op kernels over one :class:`~kvpool.fast.kernels.PoolArrays` argument. Compiled
-without the on-disk cache: Numba cannot cache code typed on a jitclass (the type's name
-changes per process), so each process compiles these few small kernels on first use."""
+"""The one-op kernels: each over one :class:`~kvpool.fast.kernels.PoolArrays` and its own
+operands (their signatures are in :data:`SIGNATURES`)."""
+
+SIGNATURES.update({
+    "h_lookup_one": (_int, (POOL_ARRAYS, _bytes, _int)),
+    "h_touch_one": (_int, (POOL_ARRAYS, _int)),
+    "h_free_one": (_int, (POOL_ARRAYS, _int)),
+    "h_pop": (_int, (POOL_ARRAYS, _int)),
+})
 
 
 class KernelSet:
@@ -412,7 +486,7 @@ class KernelSet:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         # Only called for names not yet cached on the instance: resolve once, then keep.
-        if name not in SIGNATURES and name not in HANDLE_KERNELS:
+        if name not in SIGNATURES:
             raise AttributeError(name)
         fn = _compiled(name) if self.jit else getattr(kernels, name)
         setattr(self, name, fn)
@@ -475,19 +549,17 @@ def _compiled(name: str) -> Callable[..., Any]:
     entry = _ENTRY_POINTS.get(name)
     if entry is None:
         fn = getattr(kernels, name)
-        cached = name not in HANDLE_KERNELS
-        dispatcher = numba.njit(cache=cached)(fn)
+        dispatcher = numba.njit(cache=True)(fn)
         if not hasattr(dispatcher, "compile"):  # NUMBA_DISABLE_JIT=1: njit returned fn itself
             entry = fn
         else:
-            ret, args = SIGNATURES[name] if name in SIGNATURES else _handle_signatures()[name]
+            ret, args = SIGNATURES[name]
             hooks = tuple(_COMPILE_HOOKS)
-            if hooks and not (cached and _on_disk(dispatcher)):
+            if hooks and not _on_disk(dispatcher):
                 for hook in hooks:
                     hook(name, None)
             began = time.perf_counter()
-            with _compile_lock(dispatcher, name) if cached else contextlib.nullcontext(), \
-                    warnings.catch_warnings():
+            with _compile_lock(dispatcher, name), warnings.catch_warnings():
                 # Inlining a helper's loop (_INLINED) trips a check that Numba itself calls
                 # "internal pedantic"; the compiled code is right (the twin tests compare it).
                 warnings.simplefilter("ignore", NumbaIRAssumptionWarning)
@@ -516,6 +588,6 @@ def compile_all() -> float:
     """Compile (or load from the cache) every kernel now; returns the seconds it took."""
     start = time.perf_counter()
     ks = kernel_set(True)
-    for name in (*SIGNATURES, *HANDLE_KERNELS):
+    for name in SIGNATURES:
         getattr(ks, name)
     return time.perf_counter() - start

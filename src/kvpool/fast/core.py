@@ -95,7 +95,7 @@ class FastCore(PoolShell):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict[str, Any]:
-        # The one-op verbs are bound to the state's jitclass, and the free verb to its
+        # The one-op verbs are bound to the state's PoolArrays, and the free verb to its
         # kernels: a copy (deep or pickled) takes them from its own rebuilt state.
         state = self.__dict__.copy()
         for name in (*self._ONE_OP_VERBS, "_free_ids"):

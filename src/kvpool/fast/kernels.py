@@ -8,8 +8,9 @@ configuration globals (settings are arguments) and only use what Numba and Pytho
 identically — ints from arrays go through ``int()`` before any arithmetic that could widen.
 
 Every kernel first rebinds its array arguments with :func:`_raw` (compiled: views Numba does
-not reference-count; its docstring says why). The one-op hot paths (``h_*``, at the end) take
-all arrays in one :class:`PoolArrays` object instead of one argument each.
+not reference-count; its docstring says why). The one-op hot paths (``h_*``, at the end) and
+the batch kernels over the hash index take the pool's arrays in one :class:`PoolArrays`
+object ``s`` instead of one argument each.
 
 What the hot loops cost and why they are written so (``benchmarks/bench_kernels.py``: the kit
 trace's batch-verb kernels replayed alone; ~700k prefix-cache and queue operations). Once
@@ -1274,8 +1275,7 @@ def _cache_candidates(blk, blk64, ent, keys, key_bytes, table, meta, events, can
         _emit(events, meta, EV_STORED, payload)
 
 
-def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf,
-                      lens, num_cached, ratio, group, use_mask, events_on):
+def cache_full_blocks(s, cand, mask, buf, lens, num_cached, ratio, group, use_mask, events_on):
     """Key candidates ``cand[i]`` (table position ``num_cached + i``) with hash i of ``buf``.
 
     Null and masked-out candidates are skipped; a keyed candidate is promoted (its keys go
@@ -1286,8 +1286,9 @@ def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, can
     ERR_BLOCK_ID, then those of :func:`_check_candidates`.
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, events, cand, mask, buf, lens) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
-        _raw(events), _raw(cand), _raw(mask), _raw(buf), _raw(lens))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table), _raw(s.meta),
+        _raw(s.events), _raw(cand), _raw(mask), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     n = blk.shape[0] - 2
     m = cand.shape[0]
@@ -1310,8 +1311,7 @@ def cache_full_blocks(blk, blk64, ent, keys, key_bytes, table, meta, events, can
     return OK
 
 
-def cache_one(blk, blk64, ent, keys, key_bytes, table, meta, events, b, block_hash, position,
-              group, events_on):
+def cache_one(s, b, block_hash, position, group, events_on):
     """:func:`cache_full_blocks` of the one candidate ``b`` at table position ``position``,
     hashed ``block_hash`` (``bytes``, read in place), block size = hash block size: a decode
     step's write, without the arrays a batch needs. Same checks in the same order, same
@@ -1319,8 +1319,9 @@ def cache_one(blk, blk64, ent, keys, key_bytes, table, meta, events, b, block_ha
     :func:`cache_full_blocks`: NEED_FULL for a block that has a key already (a promotion,
     rare, and left out of this kernel to keep its compile short) and ERR_CAPACITY."""
     blk, blk64, ent, keys, key_bytes, table, meta, events = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
-        _raw(meta), _raw(events))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table),
+        _raw(s.meta), _raw(s.events))
     meta[M_EV_LEN] = 0
     if b < 0 or b >= blk.shape[0] - 2:
         meta[M_ERR_INDEX] = 0
@@ -1345,8 +1346,7 @@ def cache_one(blk, blk64, ent, keys, key_bytes, table, meta, events, b, block_ha
     return OK
 
 
-def take_and_key(blk, blk64, ent, keys, key_bytes, table, meta, events, out, n, b,
-                 block_hash, position, group):
+def take_and_key(s, n, b, block_hash, position, group):
     """A running request's step across a block boundary, on a prefix-caching pool without
     events and without pending watchers: :func:`get_new_blocks_quiet` of ``n`` (>= 1)
     blocks, then :func:`cache_one` of its filled block ``b`` (at table position
@@ -1360,8 +1360,9 @@ def take_and_key(blk, blk64, ent, keys, key_bytes, table, meta, events, out, n, 
     runs the two verbs, which say why. ``events`` is never read (no events).
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, out) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
-        _raw(meta), _raw(out))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table),
+        _raw(s.meta), _raw(s.out))
     if n < 1:
         return -ERR_ARGUMENT
     refused = _lean_pop_refusal(meta, out, n)
@@ -1387,8 +1388,7 @@ def take_and_key(blk, blk64, ent, keys, key_bytes, table, meta, events, out, n, 
     return int(out[0])
 
 
-def group_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, caching, plan, buf,
-               n, reserve):
+def group_step(s, caching, plan, buf, n, reserve):
     """A running request's step across a hybrid model's groups, on a pool without events and
     without pending watchers: :func:`free_blocks` of each release list in turn, then, when
     ``n + reserve`` blocks are free, :func:`get_new_blocks_quiet` of ``n`` blocks and
@@ -1408,8 +1408,9 @@ def group_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, cachi
     caller then runs the verbs, which do it or say why. ``events`` is never written.
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, out, plan, buf) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table),
-        _raw(meta), _raw(out), _raw(plan), _raw(buf))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table),
+        _raw(s.meta), _raw(s.out), _raw(plan), _raw(buf))
     size = plan.shape[0]
     if size < 2 or n < 0 or reserve < 0:
         return ERR_ARGUMENT
@@ -1506,8 +1507,7 @@ def group_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, cachi
     return OK
 
 
-def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, out, cand,
-                       num_old, first_new, mask, buf, lens, n, num_cached, ratio, group,
+def allocate_and_cache(s, cand, num_old, first_new, mask, buf, lens, n, num_cached, ratio, group,
                        use_mask, events_on, dry_run):
     """:func:`get_new_blocks` (caching on) then :func:`cache_full_blocks`, validated as one.
 
@@ -1521,8 +1521,9 @@ def allocate_and_cache(blk, blk64, ent, keys, key_bytes, table, meta, events, ou
     ERR_NO_FREE, then those of :func:`cache_full_blocks` (M_ERR_INDEX = position in cand).
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, events, out, cand, mask, buf, lens) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
-        _raw(events), _raw(out), _raw(cand), _raw(mask), _raw(buf), _raw(lens))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table), _raw(s.meta),
+        _raw(s.events), _raw(s.out), _raw(cand), _raw(mask), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     num_blocks = blk.shape[0] - 2
@@ -1579,9 +1580,8 @@ STEP_LIMIT = 1 << 28  # bound on a step's candidates and released ids (MARK hold
 POSITION_LIMIT = 1 << 31  # bound on positions and ratios: their products fit int64
 
 
-def admit_request(blk, blk64, ent, keys, key_bytes, table, meta, events, out, memo, buf, lens,
-                  max_hit, num_blocks, num_full, reserve, ratio, group, known, caching,
-                  events_on):
+def admit_request(s, memo, buf, lens, max_hit, num_blocks, num_full, reserve, ratio, group, known,
+                  caching, events_on):
     """``kvpool.batch.admit``: lookup, admission test, touch the hits, allocate, cache.
 
     buf/lens: the request's hashes at block granularity, back to back (at least ``num_full``
@@ -1597,8 +1597,9 @@ def admit_request(blk, blk64, ent, keys, key_bytes, table, meta, events, out, me
     step are the blocks just allocated (ref 1, no key), so it cannot fail.
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, events, out, memo, buf, lens) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
-        _raw(events), _raw(out), _raw(memo), _raw(buf), _raw(lens))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table), _raw(s.meta),
+        _raw(s.events), _raw(s.out), _raw(memo), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     meta[M_RESULT] = 0
@@ -1759,8 +1760,7 @@ def _check_releases(blk, freed, n):
     return code
 
 
-def run_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, freed, buf,
-             lens, ratio, group, caching, events_on):
+def run_step(s, plan, freed, buf, lens, ratio, group, caching, events_on):
     """``kvpool.batch.step``: cache each item, allocate ``n`` blocks, free each table reversed.
 
     plan int64: ``[m, n, t]``, then per item ``num_cached, count, <count candidate ids>``
@@ -1773,8 +1773,9 @@ def run_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, f
     watcher is pending. One EV_STORED per item (payload: the item's index).
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, freed, buf, lens) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
-        _raw(events), _raw(out), _raw(plan), _raw(freed), _raw(buf), _raw(lens))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table), _raw(s.meta),
+        _raw(s.events), _raw(s.out), _raw(plan), _raw(freed), _raw(buf), _raw(lens))
     meta[M_EV_LEN] = 0
     meta[M_FIRED_LEN] = 0
     num_blocks = blk.shape[0] - 2
@@ -1864,8 +1865,7 @@ def run_step(blk, blk64, ent, keys, key_bytes, table, meta, events, out, plan, f
     return OK
 
 
-def cache_partial_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b, buf, units,
-                        group, replace, events_on):
+def cache_partial_block(s, b, buf, units, group, replace, events_on):
     """Register the entry ``buf ‖ group`` covering ``units`` hbs-units, ending inside ``b``.
 
     The entry "grows": a shorter primary (or any key, with ``replace``) is removed first
@@ -1875,8 +1875,9 @@ def cache_partial_block(blk, blk64, ent, keys, key_bytes, table, meta, events, b
     Errors: ERR_FREE_BLOCK (ref_cnt 0).
     """
     (blk, blk64, ent, keys, key_bytes, table, meta, events, buf) = (
-        _raw(blk), _raw(blk64), _raw(ent), _raw(keys), _raw(key_bytes), _raw(table), _raw(meta),
-        _raw(events), _raw(buf))
+        _raw(s.blk), _raw(s.blk64), _raw(s.ent), _raw(s.keys), _raw(s.key_bytes),
+        _raw(s.table), _raw(s.meta),
+        _raw(s.events), _raw(buf))
     meta[M_EV_LEN] = 0
     meta[M_RESULT] = 0
     n = blk.shape[0] - 2
@@ -2056,15 +2057,19 @@ def queue_order(blk, out):
 
 
 class PoolArrays:
-    """Every array of one pool, and its two settings, in one object.
+    """Every array of one pool, and its two settings, in one object: the first argument ``s``
+    of the one-op kernels (``h_*``) and of the batch kernels over the hash index.
 
-    Numba converts each array argument of a call separately (about 80 ns each), so a one-op
-    kernel over five arrays spends more on its arguments than on its work. The one-op paths
-    therefore take this object instead: :mod:`kvpool.fast.compiled` makes it a jitclass, whose
-    conversion reads one pointer. The state replaces a field whenever it replaces that array.
+    Numba converts each array argument of a call separately (40-80 ns each), so a one-op
+    kernel over five arrays spends more on its arguments than on its work, and a batch kernel
+    over nine pays about half a microsecond before it starts. :mod:`kvpool.fast.compiled`
+    makes this a ``structref`` (one pointer to convert, and, unlike a jitclass, cached on
+    disk with the kernels). Read-only for the kernels: the state builds a new one whenever
+    it replaces an array (an array grows).
     """
 
-    def __init__(self, blk, blk64, ent, keys, key_bytes, table, meta, out, caching, events_on):
+    def __init__(self, blk, blk64, ent, keys, key_bytes, table, meta, events, out, caching,
+                 events_on):
         self.blk = blk
         self.blk64 = blk64
         self.ent = ent
@@ -2072,6 +2077,7 @@ class PoolArrays:
         self.key_bytes = key_bytes
         self.table = table
         self.meta = meta
+        self.events = events
         self.out = out
         self.caching = caching
         self.events_on = events_on

@@ -17,7 +17,6 @@ so that a kernel writing out of bounds is caught by :meth:`guards_intact`; a tin
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -26,7 +25,7 @@ import numpy as np
 
 from kvpool.errors import InvalidConfig
 from kvpool.fast import kernels as k
-from kvpool.fast.compiled import kernel_set, pool_arrays_class
+from kvpool.fast.compiled import kernel_set, pool_arrays_maker, pool_arrays_setter
 from kvpool.keys import GROUP_ID_BYTES
 
 MAX_BLOCKS = 2**31 - 3  # ids and the two queue sentinels fit int32
@@ -93,8 +92,7 @@ class FastState:
         self.key_bytes = self._alloc((rows, INITIAL_STRIDE), np.uint8)
         self.table = self._alloc((2 * rows,), np.int64, fill=-1)
         self.events = self._alloc((rows if enable_events else 1, k.EV_COLS), np.int64)
-        self._idx: tuple[np.ndarray, ...] | None = None  # _index(), until an array grows
-        self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), likewise
+        self._batch: tuple[Any, Any, Any] | None = None  # _batch_kernels(), once bound
         self._cache_full: Callable[..., int] | None = None  # cache_full_kernel(), likewise
         self._cache_one: Callable[..., int] | None = None  # cache_one_kernel(), likewise
         self._take_and_key: Callable[..., int] | None = None  # take_and_key_kernel(), too
@@ -104,7 +102,7 @@ class FastState:
         self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
         self.no_mask = np.empty(0, np.uint8)
         self.kernels.init_state(self.blk, self.meta)
-        self.arrays: Any = None  # the PoolArrays of the one-op verbs, built on first use
+        self.arrays: Any = None  # the kernels' PoolArrays (pool_arrays()), built on first use
         self._bind_verbs()
 
     def _bind_verbs(self) -> None:
@@ -121,13 +119,13 @@ class FastState:
 
     ONE_OP_VERBS = ("lookup_one", "touch_one", "free_one", "pop")
     """``lookup_one(hash, group)``, ``touch_one(b)``, ``free_one(b)``, ``pop(n)``: the h_*
-    kernels over :attr:`arrays`, each bound on its first use (their compilation, a few
-    seconds, is not cached on disk: a process that never calls one never pays for it)."""
-    _REBUILT = ("arrays", "_in_arrays", "_lookup_entry", "_one_op_cached", *ONE_OP_VERBS,
+    kernels over :meth:`pool_arrays`, each bound on its first use (a process that never
+    calls one never loads it from the disk cache, nor compiles it on a cold one)."""
+    _REBUILT = ("arrays", "_in_arrays", *ONE_OP_VERBS,
                 "kernels", "pop_unkeyed", "pop_unkeyed_into", "free", "check_free", "touch",
                 "pop_quiet", "pop_reported", "_cache_full", "_cache_one", "_take_and_key",
                 "_group_step", "_batch")
-    """Attributes a copy rebuilds instead of copying: the jitclass, the kernel set and every
+    """Attributes a copy rebuilds instead of copying: the PoolArrays, the kernel set and every
     verb bound to compiled entry points (none of them can be pickled)."""
 
     def __getattr__(self, name: str) -> Any:
@@ -138,53 +136,9 @@ class FastState:
         raise AttributeError(name)
 
     def _bind_one_op(self, name: str) -> None:
-        """Bind the one-op verb ``name`` alone (compiling only its kernel). Packed: the h_*
-        kernel over one object holding every array (kernels.PoolArrays says why; built with
-        the first verb, kept current by _bind_index_verbs). With ``KVPOOL_FAST_ONE_OP=cached``
-        (:func:`one_op_mode`, read once per pool), the disk-cached multi-array entry points
-        instead: no per-process compile, about half a microsecond more per call
-        (benchmarks/README.md)."""
-        ks = self.kernels
-        cached = self.__dict__.get("_one_op_cached")
-        if cached is None:
-            cached = self._one_op_cached = one_op_mode() == "cached"
-        if cached:
-            if name == "touch_one":
-                self.touch_one = partial(ks.touch_one, self.blk, self.meta)
-            elif name == "free_one":
-                self.free_one = partial(ks.free_one, self.blk, self.meta, self.enable_caching)
-            elif name == "pop":
-                self.pop = self._pop_cached
-            else:  # lookup_one; _bind_index_verbs rebinds the entry when an array grows
-                self._lookup_entry = partial(ks.lookup_one, self.keys, self.key_bytes,
-                                             self.table)
-                self.lookup_one = self._lookup_cached
-            return
-        if self.arrays is None:
-            self.arrays = pool_arrays_class(ks.jit)(
-                self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table,
-                self.meta, self.out, self.enable_caching, self.enable_events)
-            self._in_arrays = [self.ent, self.keys, self.key_bytes, self.table]
-        setattr(self, name, partial(getattr(ks, "h_" + name), self.arrays))
-
-    def _lookup_cached(self, block_hash: bytes, group: int) -> int:
-        # h_lookup_one's group check, which the packed kernel does in compiled code.
-        if group < 0 or group > 0xFFFFFFFF:
-            return k.LOOKUP_BAD_GROUP
-        return self._lookup_entry(block_hash, group)
-
-    def _pop_cached(self, n: int) -> int:
-        # h_pop, step for step: the unkeyed pop, then the quiet eviction where it may run. A
-        # pool that caches without events pops quietly at once: the front block of a warm
-        # pool has a key, so the unkeyed pop would decline first (a call, ~0.5 µs), and the
-        # quiet pop takes unkeyed blocks alike (and refuses as it does, watchers pending).
-        if self._quiet_first:
-            return self.pop_quiet(n)  # type: ignore[no-any-return]
-        r = self.pop_unkeyed(n)
-        if (r == -k.NEED_FULL and not self.enable_events
-                and self.meta[k.M_NUM_WATCHERS] == 0):
-            r = self.pop_quiet(n)
-        return r
+        """Bind the one-op verb ``name`` alone, loading only its kernel: the h_* kernel over
+        :meth:`pool_arrays` (one argument to convert: kernels.PoolArrays says why)."""
+        setattr(self, name, partial(getattr(self.kernels, "h_" + name), self.pool_arrays()))
 
     def __getstate__(self) -> dict[str, Any]:
         # copy.deepcopy (the exhaustive checker copies pools) and pickle: the arrays and
@@ -205,25 +159,40 @@ class FastState:
 
     def _bind_index_verbs(self) -> None:
         """Point :attr:`arrays` at the hash index's current arrays (again after any of them
-        grows; a jitclass field store costs microseconds, so only a replaced one is stored),
-        and bind ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
-        ks, arrays = self.kernels, self.arrays
-        if "_lookup_entry" in self.__dict__:  # cached one-op verbs: rebind to the new arrays
-            self._lookup_entry = partial(ks.lookup_one, self.keys, self.key_bytes, self.table)
-        # (Reading a jitclass field back boxes a new ndarray: identity is tracked here.)
-        for i, name in enumerate(("ent", "keys", "key_bytes", "table")):
-            current = getattr(self, name)
-            if arrays is not None and self._in_arrays[i] is not current:
-                setattr(arrays, name, current)
-                self._in_arrays[i] = current
+        grows) and bind ``pop_quiet(n)`` (:func:`~kvpool.fast.kernels.get_new_blocks_quiet`)."""
+        self._repoint_arrays()
         # Bound on their first call (a pool that never evicts never compiles them).
         self.pop_quiet = self._bind_pop_quiet
         self.pop_reported = self._bind_pop_reported
 
+    def pool_arrays(self) -> Any:
+        """The :class:`~kvpool.fast.kernels.PoolArrays` the index kernels and the one-op
+        kernels take first: one object for the life of this state (an array that grows is
+        repointed in it, :meth:`_repoint_arrays`), so a kernel call bound to it stays valid."""
+        arrays = self.arrays
+        if arrays is None:
+            arrays = self.arrays = pool_arrays_maker(self.kernels.jit)(
+                self.blk, self.blk64, self.ent, self.keys, self.key_bytes, self.table,
+                self.meta, self.events, self.out, self.enable_caching, self.enable_events)
+            self._in_arrays = self._growing_arrays()
+        return arrays
+
+    def _growing_arrays(self) -> tuple[np.ndarray, ...]:
+        """The arrays :meth:`reserve` and :meth:`reserve_events` may replace."""
+        return (self.ent, self.keys, self.key_bytes, self.table, self.events)
+
+    def _repoint_arrays(self) -> None:
+        """Store the arrays that were replaced (grown) into :attr:`arrays`, if built."""
+        if self.arrays is not None:
+            current = self._growing_arrays()
+            if any(a is not b for a, b in zip(current, self._in_arrays, strict=True)):
+                pool_arrays_setter(self.kernels.jit)(self.arrays, *current)
+                self._in_arrays = current
+
     def _unbind_index(self) -> None:
-        """Forget the index arrays' tuple and every kernel bound over it (an array moved, or
-        this is a copy): each is bound again on its next use."""
-        self._idx = self._batch = self._cache_full = self._cache_one = None
+        """Forget every kernel call bound over :attr:`arrays` (this is a copy, whose arrays
+        are new): each is bound again on its next use."""
+        self._batch = self._cache_full = self._cache_one = None
         self._take_and_key = self._group_step = None
 
     def _bind_pop_quiet(self, n: int) -> int:
@@ -289,7 +258,6 @@ class FastState:
                 and max_len + 4 <= self.key_bytes.shape[1]
                 and 2 * (key_used + pairs) <= self.table.shape[0] and not self.enable_events):
             return  # the common case: room everywhere
-        self._unbind_index()
         if self.ent.shape[0] - ent_used < pairs:
             self.ent = self._grow(self.ent, max(2 * self.ent.shape[0], ent_used + pairs))
         if self.keys.shape[0] - key_used < pairs:
@@ -317,7 +285,7 @@ class FastState:
             if self.events.shape[0] < need:
                 self.events = self._grow(self.events, max(2 * self.events.shape[0], need))
                 self.removal_rows = np.empty((self.events.shape[0], 3), np.int64)
-                self._unbind_index()
+                self._repoint_arrays()
                 self.pop_reported = self._bind_pop_reported
 
     # -- operations (codes as the kernels return them) ---------------------------------------
@@ -356,21 +324,13 @@ class FastState:
             run_length, end_every, end_shift
         )
 
-    def _index(self) -> tuple[np.ndarray, ...]:
-        """The arrays every index kernel takes first (kept until one of them grows)."""
-        idx = self._idx
-        if idx is None:
-            idx = self._idx = (self.blk, self.blk64, self.ent, self.keys, self.key_bytes,
-                               self.table, self.meta, self.events)
-        return idx
-
     def cache_full(self, cand: np.ndarray, mask: np.ndarray | None, buf: np.ndarray,
                    lens: np.ndarray, num_cached: int, ratio: int, group: int,
                    max_len: int) -> int:
         """``max_len``: the longest hash in ``lens`` (the caller knows it cheaply)."""
         self.reserve(cand.shape[0], max_len)
         return self.kernels.cache_full_blocks(
-            *self._index(), cand, self.no_mask if mask is None else mask, buf, lens,
+            self.pool_arrays(), cand, self.no_mask if mask is None else mask, buf, lens,
             num_cached, ratio, group, mask is not None, self.enable_events,
         )
 
@@ -380,58 +340,56 @@ class FastState:
                            dry_run: bool) -> int:
         self.reserve(cand.shape[0], max_len)
         return self.kernels.allocate_and_cache(
-            *self._index(), self.out, cand, num_old, first_new,
+            self.pool_arrays(), cand, num_old, first_new,
             self.no_mask if mask is None else mask, buf, lens, n, num_cached, ratio, group,
             mask is not None, self.enable_events, dry_run,
         )
 
     def cache_full_kernel(self) -> Callable[..., int]:
-        """``cache_full_blocks`` with the index arrays bound (rebound when an array grows),
-        bound on its own: a run that only caches full blocks (``kvpool simulate``) never
-        compiles the fused ``admit_request`` / ``run_step`` (~5 s on a cold disk cache)."""
+        """``cache_full_blocks`` with :meth:`pool_arrays` bound, bound on its own: a run that
+        only caches full blocks (``kvpool simulate``) never compiles the fused
+        ``admit_request`` / ``run_step`` (~5 s on a cold disk cache)."""
         fn = self._cache_full
         if fn is None:
-            fn = self._cache_full = partial(self.kernels.cache_full_blocks, *self._index())
+            fn = self._cache_full = partial(self.kernels.cache_full_blocks, self.pool_arrays())
         return fn
 
     def cache_one_kernel(self) -> Callable[..., int]:
-        """``cache_one(b, hash, position, group, events_on)`` with the index arrays bound
-        (rebound when an array grows): a decode step's one-block write. It refuses
+        """``cache_one(b, hash, position, group, events_on)`` with :meth:`pool_arrays`
+        bound: a decode step's one-block write. It refuses
         (``ERR_CAPACITY``, nothing changed) when the index must grow first."""
         fn = self._cache_one
         if fn is None:
-            fn = self._cache_one = partial(self.kernels.cache_one, *self._index())
+            fn = self._cache_one = partial(self.kernels.cache_one, self.pool_arrays())
         return fn
 
     def take_and_key_kernel(self) -> Callable[..., int]:
-        """``take_and_key(n, b, hash, position, group)`` with the index arrays and ``out``
-        bound (rebound when an array grows): a step that takes blocks and keys the one it
+        """``take_and_key(n, b, hash, position, group)`` with :meth:`pool_arrays` bound
+        (the ids land in ``out``): a step that takes blocks and keys the one it
         filled, on a quiet pool. It refuses (nothing changed) where the two verbs must run."""
         fn = self._take_and_key
         if fn is None:
-            fn = self._take_and_key = partial(self.kernels.take_and_key, *self._index(),
-                                              self.out)
+            fn = self._take_and_key = partial(self.kernels.take_and_key, self.pool_arrays())
         return fn
 
     def group_step_kernel(self) -> Callable[..., int]:
-        """``group_step(plan, buf, n, reserve)`` with the index arrays, ``out`` and
-        the caching flag bound (rebound when an array grows): a hybrid model's running step
+        """``group_step(plan, buf, n, reserve)`` with :meth:`pool_arrays` and the caching
+        flag bound (the new ids land in ``out``): a hybrid model's running step
         on a quiet pool. It refuses (nothing changed) where the verbs must run."""
         fn = self._group_step
         if fn is None:
-            fn = self._group_step = partial(self.kernels.group_step, *self._index(), self.out,
+            fn = self._group_step = partial(self.kernels.group_step, self.pool_arrays(),
                                             self.enable_caching)
         return fn
 
     def _batch_kernels(self) -> tuple[Any, Any, Any]:
-        """``admit_request`` and ``run_step`` with the index arrays and ``out`` bound, and
-        ``cache_full_blocks`` with the index arrays bound: one C-level call per verb
-        (rebound when an array grows)."""
+        """``admit_request``, ``run_step`` and ``cache_full_blocks`` with
+        :meth:`pool_arrays` bound: one C-level call per verb."""
         bound = self._batch
         if bound is None:
-            idx, ks = self._index(), self.kernels
-            bound = self._batch = (partial(ks.admit_request, *idx, self.out),
-                                   partial(ks.run_step, *idx, self.out),
+            arrays, ks = self.pool_arrays(), self.kernels
+            bound = self._batch = (partial(ks.admit_request, arrays),
+                                   partial(ks.run_step, arrays),
                                    self.cache_full_kernel())
         return bound
 
@@ -469,7 +427,7 @@ class FastState:
                       replace: bool) -> int:
         self.reserve(1, buf.shape[0])
         return self.kernels.cache_partial_block(
-            *self._index(), b, buf, units, group, replace, self.enable_events
+            self.pool_arrays(), b, buf, units, group, replace, self.enable_events
         )
 
     def move(self, src: int, dst: int) -> int:
@@ -611,18 +569,3 @@ class FastState:
 
     def ref_cnt(self, block_id: int) -> int:
         return int(self.blk[block_id, k.REF])
-
-
-ONE_OP_MODES = ("packed", "cached")
-
-
-def one_op_mode() -> str:
-    """How a fast pool binds its one-op verbs, from ``KVPOOL_FAST_ONE_OP`` (read when a pool
-    first uses one): ``packed`` (default) — the h_* kernels over one PoolArrays argument,
-    fastest per call, compiled once per process (seconds: Numba cannot cache code typed on a
-    jitclass); ``cached`` — the multi-array entry points from the on-disk cache, for
-    short-lived processes (a CLI run, a test worker) where that compile would dominate."""
-    mode = os.environ.get("KVPOOL_FAST_ONE_OP", "packed")
-    if mode not in ONE_OP_MODES:
-        raise InvalidConfig(f"KVPOOL_FAST_ONE_OP must be one of {ONE_OP_MODES}, got {mode!r}")
-    return mode

@@ -113,10 +113,6 @@ def install(backend: str = "fast", *, policy: str = "auto",
     else:
         hashes.uninstall()
     del vllm_manager_module  # imported so that vLLM's own module is loaded first
-    if backend == "fast":
-        # An engine must not compile per process: the one-op verbs come from Numba's disk
-        # cache (kvpool.fast.state.one_op_mode), unless the caller chose.
-        os.environ.setdefault("KVPOOL_FAST_ONE_OP", "cached")
     if warm_up and backend == "fast":
         from kvpool.workload.simulate import warm_up_engine
 
