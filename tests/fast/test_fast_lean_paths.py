@@ -196,3 +196,26 @@ def test_one_block_cache_writes_match_the_spec(events, monkeypatch):
     twin.cache_full_blocks(request, [*table[:6], table[5]], 6, 7, 16, 0)
     twin.cache_full_blocks(request, table, 7, 8, 16, 1)  # another group
     assert twin.state.ref_cnt[table[0]] == 1
+
+
+def test_a_compiled_pool_arrays_keeps_the_arrays_alive_without_its_state():
+    """The handle Python holds of a compiled PoolArrays (an int plus the object that owns
+    the struct) keeps every array alive on its own, and each kernel call reads them."""
+    import gc
+
+    numba = pytest.importorskip("numba")
+    if numba.config.DISABLE_JIT:
+        pytest.skip("about compiled code")
+    from kvpool.fast import kernels
+    from kvpool.fast.compiled import PoolArraysRef, kernel_set
+    from kvpool.fast.state import FastState
+
+    state = FastState(8, enable_caching=True, enable_events=False)
+    arrays = state.pool_arrays()
+    assert type(arrays) is PoolArraysRef and arrays == state.pool_arrays()  # one per state
+    del state
+    gc.collect()
+    ks = kernel_set(True)
+    assert ks.h_pop(arrays, 3) == 1  # the fresh queue's front: blocks 1, 2, 3
+    assert ks.h_free_one(arrays, 2) == kernels.OK
+    assert ks.h_touch_one(arrays, 8) == kernels.ERR_BLOCK_ID  # the blk array's real bounds

@@ -39,9 +39,11 @@ Compile choices:
 * The one-op kernels ``h_*`` and the batch kernels over the hash index take one
   ``kernels.PoolArrays`` first, made a structref here (:class:`PoolArraysType`): one
   argument to convert instead of up to nine arrays, and cached on disk like the rest.
-* This module's own compile choices (``_INLINED``, the overloads, the intrinsics) are not
-  seen by the on-disk cache, which watches ``kernels.py`` only: change one, and clear the
-  cache (``__pycache__`` next to ``kernels.py``) or touch ``kernels.py``.
+* This module's own compile choices (``_INLINED``, the overloads, the intrinsics, the
+  boxing of :class:`PoolArraysRef`) are not seen by the on-disk cache, which keys on the
+  kernels' own code and signatures: change one, and clear the cache (the ``kernels.*``
+  files in ``__pycache__`` next to ``kernels.py``, and any ``NUMBA_CACHE_DIR``). Touching
+  ``kernels.py`` is not enough: Numba 0.68 kept loading the old code after it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,15 @@ from numba.core import cgutils, ir_utils
 from numba.core.datamodel import models, register_default
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.experimental import structref
-from numba.extending import intrinsic, overload, register_jitable
+from numba.extending import (
+    NativeValue,
+    box,
+    intrinsic,
+    overload,
+    register_jitable,
+    typeof_impl,
+    unbox,
+)
 
 from kvpool.fast import kernels
 
@@ -318,23 +328,60 @@ POOL_ARRAYS_FIELDS = (("blk", _blk), ("blk64", _i64_2d), ("ent", _ENT), ("keys",
 
 @structref.register
 class PoolArraysType(nt.StructRef):
-    """The Numba type of :class:`kvpool.fast.kernels.PoolArrays`: a structref, converted as
-    one pointer. A jitclass converts as cheaply, but Numba cannot cache code typed on one
-    (its type's name changes per process); code typed on a structref is cached like any."""
+    """The Numba type of :class:`kvpool.fast.kernels.PoolArrays`: a structref. A jitclass
+    converts as one pointer too, but Numba cannot cache code typed on one (its type's name
+    changes per process); code typed on a structref is cached like any kernel."""
 
     def preprocess_fields(self, fields: Any) -> tuple:
         return tuple((name, nt.unliteral(typ)) for name, typ in fields)
 
 
-class PoolArraysRef(structref.StructRefProxy):  # type: ignore[misc]
-    """What Python holds of a compiled :class:`~kvpool.fast.kernels.PoolArrays`: a handle
-    passed to the kernels. Its fields are not read from Python (the state keeps its arrays)."""
+class PoolArraysRef(int):
+    """What Python holds of a compiled :class:`~kvpool.fast.kernels.PoolArrays`: the address
+    of its NRT memory info, as an int, and (``_meminfo``) the object that keeps it alive.
+
+    Numba's own structref proxy converts through ``getattr(obj, "_meminfo")`` on every
+    call, ~150 ns more than a jitclass measured here; an int converts in one C call. Only
+    the boxing below makes these (from a struct Numba built), and only kvpool's state holds
+    them: an int of any other origin must never reach a kernel."""
+
+    _meminfo: Any
 
 
-structref.define_boxing(PoolArraysType, PoolArraysRef)
+def _pool_arrays_ref(address: int, meminfo: Any) -> PoolArraysRef:
+    ref = PoolArraysRef(address)
+    ref._meminfo = meminfo
+    return ref
+
+
+@box(PoolArraysType)
+def _box_pool_arrays(typ: Any, val: Any, c: Any) -> Any:
+    meminfo = cgutils.create_struct_proxy(typ)(c.context, c.builder, value=val).meminfo
+    owner = c.pyapi.nrt_meminfo_as_pyobject(meminfo)  # holds a reference to the struct
+    address = c.pyapi.long_from_ulonglong(c.builder.ptrtoint(meminfo, c.pyapi.ulonglong))
+    make = c.pyapi.unserialize(c.pyapi.serialize_object(_pool_arrays_ref))
+    ref = c.pyapi.call_function_objargs(make, [address, owner])
+    for obj in (make, address, owner):
+        c.pyapi.decref(obj)
+    return ref
+
+
+@unbox(PoolArraysType)
+def _unbox_pool_arrays(typ: Any, obj: Any, c: Any) -> Any:
+    struct = cgutils.create_struct_proxy(typ)(c.context, c.builder)
+    struct.meminfo = c.pyapi.long_as_voidptr(obj)
+    value = struct._getvalue()
+    c.context.nrt.incref(c.builder, typ, value)  # released after the call, as an array's
+    return NativeValue(value)
+
 
 POOL_ARRAYS = PoolArraysType(list(POOL_ARRAYS_FIELDS))
 """The kernels' type of their first argument ``s``."""
+
+
+@typeof_impl.register(PoolArraysRef)
+def _typeof_pool_arrays(val: Any, c: Any) -> Any:
+    return POOL_ARRAYS
 
 
 SIGNATURES: dict[str, tuple] = {
