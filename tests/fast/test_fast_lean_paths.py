@@ -219,3 +219,22 @@ def test_a_compiled_pool_arrays_keeps_the_arrays_alive_without_its_state():
     assert ks.h_pop(arrays, 3) == 1  # the fresh queue's front: blocks 1, 2, 3
     assert ks.h_free_one(arrays, 2) == kernels.OK
     assert ks.h_touch_one(arrays, 8) == kernels.ERR_BLOCK_ID  # the blk array's real bounds
+
+
+def test_a_compiled_kernel_refuses_a_plain_pool_arrays_with_a_type_error():
+    """Only the compiled handle converts: anything else passed where a kernel takes its
+    PoolArrays is a TypeError from the call, and no kernel code runs."""
+    numba = pytest.importorskip("numba")
+    if numba.config.DISABLE_JIT:
+        pytest.skip("about compiled code")
+    from kvpool.fast import kernels
+    from kvpool.fast.compiled import kernel_set
+    from kvpool.fast.state import FastState
+
+    state = FastState(8, enable_caching=True, enable_events=False, jit=False)
+    plain = state.pool_arrays()
+    assert type(plain) is kernels.PoolArrays
+    before = state.meta.copy(), state.blk.copy()
+    with pytest.raises(TypeError):
+        kernel_set(True).h_pop(plain, 1)
+    assert (state.meta == before[0]).all() and (state.blk == before[1]).all()  # nothing ran
