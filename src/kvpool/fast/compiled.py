@@ -472,12 +472,6 @@ def _set_index_arrays(s, ent, keys, key_bytes, table, events):  # type: ignore[n
     return 0
 
 
-def _plain_set_index_arrays(s: Any, ent: Any, keys: Any, key_bytes: Any, table: Any,
-                            events: Any) -> int:
-    s.ent, s.keys, s.key_bytes, s.table, s.events = ent, keys, key_bytes, table, events
-    return 0
-
-
 _ARRAYS_HELPERS: dict[str, Callable[..., Any]] = {}
 
 
@@ -507,7 +501,7 @@ def pool_arrays_setter(jit: bool) -> Callable[..., int]:
     PoolArrays` at the hash index's and the event log's current arrays (after one grows), in
     place, so that every kernel call bound to it stays valid."""
     if not jit or not _NUMBA_COMPILES:
-        return _plain_set_index_arrays
+        return _set_index_arrays  # plain Python sets the plain object's attributes alike
     # ent, keys, key_bytes, table, events: their types in POOL_ARRAYS_FIELDS
     return _arrays_helper(_set_index_arrays,
                           _int(POOL_ARRAYS, _ENT, _i64_2d, _u8_2d, _table, _i64_2d))
